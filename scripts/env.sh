@@ -1,0 +1,6 @@
+# Shared paths for oscar's scripts (sourced, not run). Override with environment variables.
+export OSCAR_CACHE="${OSCAR_CACHE:-$HOME/.cache/oscar}"
+export OSCAR_MODELS="${OSCAR_MODELS:-$OSCAR_CACHE/models}"
+export OSCAR_VENV="${OSCAR_VENV:-$OSCAR_CACHE/venv}"
+export OSCAR_MODEL="${OSCAR_MODEL:-$OSCAR_MODELS/SmolLM2-135M-Instruct.Q4_1.gguf}"
+export OSCAR_BUILD="${OSCAR_BUILD:-build}"

@@ -1,0 +1,34 @@
+// Causal multi-head attention with grouped KV heads (GQA): query head h reads KV head
+// h / (n_heads / n_kv_heads). Scores are scaled by 1/sqrt(head_dim).
+#pragma once
+#include <cstdint>
+
+#include "oscar/kv/kv_cache.h"
+
+namespace oscar {
+
+struct AttentionShape {
+  int n_heads = 0;     // query heads
+  int n_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// Reference over f32 K/V. q: [n_q, n_heads, d] for queries at absolute positions
+// q_pos0 .. q_pos0 + n_q − 1; k, v: [n_kv_heads, n_kv, d] for keys at positions 0 .. n_kv − 1;
+// out: [n_q, n_heads, d]. Query i sees keys 0 .. q_pos0 + i. Accumulates in double.
+void attention_ref(const AttentionShape& s, const float* q, int64_t n_q, int64_t q_pos0, const float* k,
+                   const float* v, int64_t n_kv, float* out);
+
+// Prefill/batch path: gathers each KV head of the cached sequence to f32 and runs the
+// scores and the weighted sum through sgemm. Keys are the first q_pos0 + n_q cache rows.
+void attention_prefill(const AttentionShape& s, const KvCache& cache, int layer, SeqId seq, const float* q,
+                       int64_t n_q, int64_t q_pos0, float* out);
+
+// Decode: one query token over all n_kv rows of `kv`, reading the pages directly.
+// Split over (KV head, key chunk) tasks on the thread pool, merged by online softmax.
+// q, out: [n_heads, d].
+void attention_decode(const AttentionShape& s, const KvSeqView& kv, const float* q, float* out);
+// Scalar reference of the same computation (one pass per head, double accumulation).
+void attention_decode_ref(const AttentionShape& s, const KvSeqView& kv, const float* q, float* out);
+
+}  // namespace oscar

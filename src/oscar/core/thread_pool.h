@@ -1,0 +1,47 @@
+// A fixed pool of worker threads with one verb: parallel_for over [0, n).
+// The calling thread takes part, so a pool of size 1 runs everything inline.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace oscar {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);  // n_threads <= 0: all hardware threads
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return int(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) on disjoint chunks covering [0, n); chunk boundaries are
+  // multiples of `grain`. Returns when all chunks are done; rethrows the first exception.
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void worker_loop(int index);
+  void run_share(int index);
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  // Current job (valid while pending_ > 0).
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0, job_grain_ = 1;
+  std::exception_ptr error_;
+};
+
+// The process-wide pool used by the CPU ops (sized once by set_num_threads).
+ThreadPool& default_pool();
+void set_num_threads(int n);  // n <= 0: all hardware threads
+int num_threads();
+
+}  // namespace oscar

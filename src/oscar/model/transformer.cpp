@@ -1,0 +1,101 @@
+#include "oscar/model/transformer.h"
+
+#include <algorithm>
+
+#include "oscar/attention/attention.h"
+#include "oscar/core/error.h"
+#include "oscar/ops/activation.h"
+#include "oscar/ops/matmul.h"
+#include "oscar/ops/norm.h"
+
+namespace oscar {
+
+Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(rope_freqs(w_.config)) {}
+
+KvShape Transformer::kv_shape() const {
+  return KvShape{config().n_layers, config().n_kv_heads, config().head_dim};
+}
+
+void Transformer::forward(KvCache& cache, SeqId seq, std::span<const int32_t> tokens, LogitsFor which,
+                          std::vector<float>& logits) {
+  const ModelConfig& c = config();
+  const int64_t n = int64_t(tokens.size()), E = c.n_embd;
+  OSCAR_CHECK(n > 0, "forward needs at least one token");
+  const int64_t pos0 = cache.length(seq);
+  if (!cache.reserve(seq, n))
+    fail("KV cache full: sequence at {} tokens cannot take {} more ({} tokens free)", pos0, n, cache.free_tokens());
+
+  const int64_t qd = int64_t(c.n_heads) * c.head_dim, kvd = int64_t(c.n_kv_heads) * c.head_dim;
+  x_.resize(size_t(n * E));
+  h_.resize(size_t(n * E));
+  q_.resize(size_t(n * qd));
+  k_.resize(size_t(n * kvd));
+  v_.resize(size_t(n * kvd));
+  att_.resize(size_t(n * qd));
+  proj_.resize(size_t(n * E));
+  gate_.resize(size_t(n * c.n_ff));
+  up_.resize(size_t(n * c.n_ff));
+
+  for (int64_t t = 0; t < n; ++t) {
+    const int32_t id = tokens[size_t(t)];
+    if (id < 0 || id >= c.n_vocab) fail("token id {} out of range [0, {})", id, c.n_vocab);
+    std::copy_n(w_.token_embd.data() + int64_t(id) * E, E, x_.data() + t * E);
+  }
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    attention_block(cache, seq, layer, pos0, n);
+    mlp_block(layer, n);
+  }
+  cache.commit(seq, n);
+
+  const int64_t first = which == LogitsFor::last ? n - 1 : 0, rows = n - first;
+  rmsnorm(x_.data() + first * E, w_.output_norm.data(), h_.data(), rows, E, c.rms_eps);
+  logits.resize(size_t(rows * c.n_vocab));
+  matmul(h_.data(), w_.output_matrix(), nullptr, logits.data(), rows, E, c.n_vocab);
+}
+
+void Transformer::attention_block(KvCache& cache, SeqId seq, int layer, int64_t pos0, int64_t n) {
+  const ModelConfig& c = config();
+  const LayerWeights& l = w_.layers[size_t(layer)];
+  const int64_t E = c.n_embd, hd = c.head_dim;
+  const int64_t qd = c.n_heads * hd, kvd = c.n_kv_heads * hd;
+  auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
+
+  rmsnorm(x_.data(), l.attn_norm.data(), h_.data(), n, E, c.rms_eps);
+  matmul(h_.data(), l.wq.data(), bias(l.bq), q_.data(), n, E, qd);
+  matmul(h_.data(), l.wk.data(), bias(l.bk), k_.data(), n, E, kvd);
+  matmul(h_.data(), l.wv.data(), bias(l.bv), v_.data(), n, E, kvd);
+  for (int64_t t = 0; t < n; ++t) {
+    float* qt = q_.data() + t * qd;
+    float* kt = k_.data() + t * kvd;
+    if (c.qk_norm) {
+      rmsnorm(qt, l.q_norm.data(), qt, c.n_heads, hd, c.rms_eps);
+      rmsnorm(kt, l.k_norm.data(), kt, c.n_kv_heads, hd, c.rms_eps);
+    }
+    rope_apply(rope_, qt, c.n_heads, int(hd), pos0 + t);
+    rope_apply(rope_, kt, c.n_kv_heads, int(hd), pos0 + t);
+  }
+  cache.write(layer, seq, pos0, n, k_.data(), v_.data());
+
+  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim};
+  if (n == 1) {
+    attention_decode(shape, cache.view(layer, seq, pos0 + 1), q_.data(), att_.data());
+  } else {
+    attention_prefill(shape, cache, layer, seq, q_.data(), n, pos0, att_.data());
+  }
+  matmul(att_.data(), l.wo.data(), nullptr, proj_.data(), n, qd, E);
+  add_inplace(x_.data(), proj_.data(), n * E);
+}
+
+void Transformer::mlp_block(int layer, int64_t n) {
+  const ModelConfig& c = config();
+  const LayerWeights& l = w_.layers[size_t(layer)];
+  const int64_t E = c.n_embd, F = c.n_ff;
+  rmsnorm(x_.data(), l.ffn_norm.data(), h_.data(), n, E, c.rms_eps);
+  matmul(h_.data(), l.w_gate.data(), nullptr, gate_.data(), n, E, F);
+  matmul(h_.data(), l.w_up.data(), nullptr, up_.data(), n, E, F);
+  swiglu(gate_.data(), up_.data(), n * F);
+  matmul(gate_.data(), l.w_down.data(), nullptr, proj_.data(), n, F, E);
+  add_inplace(x_.data(), proj_.data(), n * E);
+}
+
+}  // namespace oscar

@@ -1,0 +1,23 @@
+// Rotary position embedding. Frequencies are computed once per model (with the
+// model's scaling rule); the rotation angle is formed in double so that positions
+// of 100k+ tokens keep full float precision.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "oscar/model/model_config.h"
+
+namespace oscar {
+
+struct RopeFreqs {
+  std::vector<double> inv_freq;  // [head_dim / 2]
+  double position_scale = 1.0;   // linear scaling divides positions
+  RopeStyle style = RopeStyle::neox;
+};
+
+RopeFreqs rope_freqs(const ModelConfig& cfg);  // throws oscar::Error for unsupported scaling
+
+// Rotates x: [n_heads, head_dim] in place for one token at absolute position `pos`.
+void rope_apply(const RopeFreqs& f, float* x, int n_heads, int head_dim, int64_t pos);
+
+}  // namespace oscar
