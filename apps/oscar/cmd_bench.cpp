@@ -1,0 +1,75 @@
+// oscar bench: prefill and decode speed at given context depths, like llama-bench's
+// pp/tg tests: prefill P tokens from an empty cache, then decode N tokens after them.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <random>
+
+#include "commands.h"
+#include "common.h"
+#include "oscar/core/error.h"
+#include "oscar/core/thread_pool.h"
+
+namespace oscar::cli {
+
+namespace {
+struct BenchOptions {
+  ModelOptions model;
+  std::vector<int> prompts = {512};
+  int n_gen = 32;
+  int reps = 1;
+  std::string json_out;
+};
+
+int bench(const BenchOptions& o) {
+  LoadedModel m = load_model(o.model);
+  const ModelConfig& c = m.transformer->config();
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> tok(0, c.n_vocab - 1);
+  nlohmann::json rows = nlohmann::json::array();
+  fmt::print("| model | kv | threads | depth | prefill tok/s | decode tok/s |\n|---|---|---|---|---|---|\n");
+  for (int p : o.prompts) {
+    if (p <= 0) fail("bench: prompt length {} must be positive", p);
+    double best_pp = 0, best_tg = 0;
+    for (int r = 0; r < o.reps; ++r) {
+      KvCache cache(m.transformer->kv_shape(), kv_spec_from(o.model), int64_t(p) + o.n_gen);
+      const SeqId seq = cache.add_sequence();
+      std::vector<int32_t> prompt(static_cast<size_t>(p));
+      for (auto& t : prompt) t = tok(rng);
+      std::vector<float> logits;
+      auto t0 = std::chrono::steady_clock::now();
+      m.transformer->forward(cache, seq, prompt, LogitsFor::last, logits);
+      best_pp = std::max(best_pp, p / seconds_since(t0));
+      t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < o.n_gen; ++i) {
+        const int32_t one[1] = {tok(rng)};
+        m.transformer->forward(cache, seq, one, LogitsFor::last, logits);
+      }
+      if (o.n_gen > 0) best_tg = std::max(best_tg, o.n_gen / seconds_since(t0));
+    }
+    fmt::print("| {} | {} | {} | {} | {:.1f} | {:.2f} |\n", c.name, o.model.kv, num_threads(), p, best_pp, best_tg);
+    rows.push_back({{"model", c.name}, {"kv", o.model.kv}, {"threads", num_threads()}, {"depth", p},
+                    {"n_gen", o.n_gen}, {"prefill_tokens_per_s", best_pp}, {"decode_tokens_per_s", best_tg}});
+  }
+  if (!o.json_out.empty()) {
+    std::ofstream out(o.json_out);
+    if (!out) fail("cannot write '{}'", o.json_out);
+    out << rows.dump(2) << "\n";
+  }
+  return 0;
+}
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "prefill and decode tokens/s at given context depths");
+  add_model_options(*cmd, o->model, false);
+  cmd->add_option("-p,--n-prompt", o->prompts, "prefill lengths (context depth), e.g. -p 512,4096")->delimiter(',');
+  cmd->add_option("-n,--n-gen", o->n_gen, "tokens to decode after each prefill")->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("-r,--repetitions", o->reps, "repetitions (best is reported)")->check(CLI::Range(1, 100));
+  cmd->add_option("--json", o->json_out, "also write the rows as JSON to this file");
+  cmd->callback([o] { bench(*o); });
+}
+
+}  // namespace oscar::cli

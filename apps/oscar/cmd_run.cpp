@@ -1,0 +1,72 @@
+// oscar run: prompt in, completion streamed out, speed at the end.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "commands.h"
+#include "common.h"
+#include "oscar/core/error.h"
+
+namespace oscar::cli {
+
+namespace {
+struct RunOptions {
+  ModelOptions model;
+  SamplerParams sampler;
+  std::string prompt;
+  std::string system;
+  int n_predict = 128;
+  bool chat = false;
+  bool no_display_prompt = false;
+};
+
+int run(const RunOptions& o) {
+  LoadedModel m = load_model(o.model);
+  std::string text = o.prompt;
+  if (o.chat) {
+    if (m.chat_template == ChatTemplateKind::none) fail("--chat: the model has no known chat template");
+    std::vector<ChatMessage> msgs;
+    if (!o.system.empty()) msgs.push_back({"system", o.system});
+    msgs.push_back({"user", o.prompt});
+    text = apply_chat_template(m.chat_template, msgs, true, m.default_system);
+  }
+  const std::vector<int32_t> prompt = m.tokenizer->encode(text, m.tokenizer->add_bos(), /*parse_special=*/true);
+  if (prompt.empty()) fail("the prompt is empty");
+  const int n_ctx = std::min(o.model.ctx, m.transformer->config().n_ctx_train > 0 ? m.transformer->config().n_ctx_train : o.model.ctx);
+  if (int64_t(prompt.size()) >= n_ctx) fail("prompt has {} tokens, more than the context size {} (-c)", prompt.size(), n_ctx);
+  KvCache cache(m.transformer->kv_shape(), kv_spec_from(o.model), std::min<int64_t>(n_ctx, int64_t(prompt.size()) + o.n_predict));
+  const SeqId seq = cache.add_sequence();
+  Sampler sampler(o.sampler);
+
+  if (!o.no_display_prompt && !o.chat) fmt::print("{}", o.prompt);
+  std::fflush(stdout);
+  Utf8Stream out;
+  const GenerationStats st = generate(m, cache, seq, prompt, o.n_predict, sampler, [&](int32_t id) {
+    fmt::print("{}", out.push(m.tokenizer->token_to_piece(id)));
+    std::fflush(stdout);
+    return true;
+  });
+  fmt::print("{}\n", out.flush());
+  fmt::print(stderr, "\nprompt: {} tokens in {:.2f} s ({:.1f} tokens/s); generation: {} tokens in {:.2f} s ({:.1f} tokens/s)\n",
+             st.n_prompt, st.prompt_seconds, double(st.n_prompt) / std::max(st.prompt_seconds, 1e-9), st.n_generated,
+             st.generate_seconds, double(st.n_generated) / std::max(st.generate_seconds, 1e-9));
+  print_kv_memory(cache, seq);
+  return 0;
+}
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "complete a prompt, streaming the output");
+  add_model_options(*cmd, o->model);
+  add_sampler_options(*cmd, o->sampler);
+  cmd->add_option("-p,--prompt", o->prompt, "prompt text")->required();
+  cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->check(CLI::Range(0, 1 << 20));
+  cmd->add_flag("--chat", o->chat, "wrap the prompt in the model's chat template as a user message");
+  cmd->add_option("--system", o->system, "system message (with --chat)");
+  cmd->add_flag("--no-display-prompt", o->no_display_prompt, "do not echo the prompt");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace oscar::cli

@@ -1,0 +1,13 @@
+// Each subcommand registers its flags and its action on the app.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace oscar::cli {
+
+void add_run_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
+void add_ppl_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+
+}  // namespace oscar::cli

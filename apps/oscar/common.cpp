@@ -1,0 +1,125 @@
+#include "common.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "oscar/core/error.h"
+#include "oscar/core/thread_pool.h"
+#include "oscar/formats/gguf.h"
+#include "oscar/model/weight_source.h"
+
+namespace oscar::cli {
+
+void add_model_options(CLI::App& cmd, ModelOptions& o, bool with_ctx) {
+  cmd.add_option("-m,--model", o.model, "model file (.gguf) or safetensors directory")->required();
+  cmd.add_option("-t,--threads", o.threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
+  if (with_ctx) cmd.add_option("-c,--ctx-size", o.ctx, "KV cache size in tokens")->check(CLI::Range(8, 1 << 24));
+  cmd.add_option("--kv", o.kv, "KV cache type: bf16 | f32");
+  cmd.add_flag("-v,--verbose", o.verbose, "print loading details");
+}
+
+void add_sampler_options(CLI::App& cmd, SamplerParams& p) {
+  cmd.add_option("--temp", p.temperature, "temperature (0: greedy)");
+  cmd.add_option("--top-k", p.top_k, "top-k (0: off)");
+  cmd.add_option("--top-p", p.top_p, "top-p (1: off)");
+  cmd.add_option("--min-p", p.min_p, "min-p (0: off)");
+  cmd.add_option("--repeat-penalty", p.repeat_penalty, "repetition penalty (1: off)");
+  cmd.add_option("--repeat-last-n", p.repeat_last_n, "tokens the repetition penalty looks back");
+  cmd.add_option("-s,--seed", p.seed, "random seed");
+}
+
+KvSpec kv_spec_from(const ModelOptions& o) { return KvSpec::parse(o.kv); }
+
+LoadedModel load_model(const ModelOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  set_num_threads(o.threads);
+  openblas_set_num_threads(num_threads());
+  LoadedModel m;
+  auto src = open_weight_source(o.model);
+  if (std::filesystem::is_directory(o.model) || o.model.ends_with(".safetensors"))
+    fail("'{}': generating from a safetensors model needs a tokenizer; only GGUF models carry one so far", o.model);
+  const gguf::GgufFile f = gguf::GgufFile::open(o.model);
+  m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(f));
+  const std::string tmpl = f.get_string("tokenizer.chat_template", "");
+  m.chat_template = detect_chat_template(tmpl, arch_name(src->config().arch));
+  m.default_system = default_system_message(tmpl);
+  m.transformer = std::make_unique<Transformer>(load_model_weights(*src));
+  if (m.tokenizer->n_vocab() != m.transformer->config().n_vocab)
+    fail("'{}': tokenizer has {} tokens but the embedding has {} rows", o.model, m.tokenizer->n_vocab(),
+         m.transformer->config().n_vocab);
+  m.load_seconds = seconds_since(t0);
+  if (o.verbose) {
+    const ModelConfig& c = m.transformer->config();
+    fmt::print(stderr, "model: {} ({}), {} layers, n_embd {}, heads {}/{}, head_dim {}, vocab {}, weights {} in f32, loaded in {:.2f} s\n",
+               c.name, arch_name(c.arch), c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_vocab,
+               format_bytes(m.transformer->weights().n_bytes()), m.load_seconds);
+  }
+  return m;
+}
+
+GenerationStats generate(LoadedModel& m, KvCache& cache, SeqId seq, const std::vector<int32_t>& prompt,
+                         int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token) {
+  GenerationStats st;
+  std::vector<float> logits;
+  std::vector<int32_t> history(prompt);
+  auto t0 = std::chrono::steady_clock::now();
+  if (!prompt.empty()) m.transformer->forward(cache, seq, prompt, LogitsFor::last, logits);
+  st.n_prompt = int64_t(prompt.size());
+  st.prompt_seconds = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n_predict; ++i) {
+    if (logits.empty()) break;
+    const int32_t id = sampler.sample(logits, history);
+    if (m.tokenizer->is_eog(id)) break;
+    ++st.n_generated;
+    history.push_back(id);
+    if (!on_token(id)) break;
+    if (i + 1 == n_predict) break;  // no forward pass for a token nobody will sample from
+    if (cache.length(seq) + 1 > cache.capacity_tokens()) break;
+    const int32_t one[1] = {id};
+    m.transformer->forward(cache, seq, one, LogitsFor::last, logits);
+  }
+  st.generate_seconds = seconds_since(t0);
+  return st;
+}
+
+std::string Utf8Stream::push(const std::string& bytes) {
+  pending_ += bytes;
+  // Find the end of the last complete character.
+  size_t end = pending_.size();
+  size_t i = end;
+  while (i > 0 && end - i < 4) {
+    const auto c = static_cast<unsigned char>(pending_[i - 1]);
+    if ((c & 0xC0) != 0x80) {  // a lead byte (or ASCII) at i-1
+      const size_t need = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+      if (end - (i - 1) < need) end = i - 1;  // incomplete: hold it back
+      break;
+    }
+    --i;
+  }
+  std::string out = pending_.substr(0, end);
+  pending_.erase(0, end);
+  return out;
+}
+
+std::string Utf8Stream::flush() { return std::exchange(pending_, {}); }
+
+std::string format_bytes(int64_t bytes) {
+  if (bytes >= (1LL << 30)) return fmt::format("{:.2f} GiB", double(bytes) / (1LL << 30));
+  if (bytes >= (1LL << 20)) return fmt::format("{:.2f} MiB", double(bytes) / (1LL << 20));
+  if (bytes >= (1LL << 10)) return fmt::format("{:.2f} KiB", double(bytes) / (1LL << 10));
+  return fmt::format("{} B", bytes);
+}
+
+void print_kv_memory(const KvCache& cache, SeqId seq) {
+  const KvShape& s = cache.shape();
+  const int64_t n = cache.length(seq);
+  const int64_t bf16_bytes = 2LL * 2 * s.n_layers * s.n_kv_heads * s.head_dim * n;
+  fmt::print(stderr, "KV cache ({}): {} tokens, {} ({:.2f} bits/element); BF16 KV would hold {} ({:.2f}x)\n",
+             cache.spec().name(), n, format_bytes(cache.bytes_used(seq)), cache.spec().bits_per_element(),
+             format_bytes(bf16_bytes), cache.bytes_used(seq) ? double(bf16_bytes) / double(cache.bytes_used(seq)) : 1.0);
+}
+
+}  // namespace oscar::cli

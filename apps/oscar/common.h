@@ -1,0 +1,70 @@
+// What every subcommand shares: model flags, loading a model with its tokenizer,
+// the generation loop, and UTF-8-safe streaming of token pieces.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "oscar/kv/kv_cache.h"
+#include "oscar/model/transformer.h"
+#include "oscar/sampling/sampler.h"
+#include "oscar/text/chat_template.h"
+#include "oscar/text/tokenizer.h"
+
+namespace oscar::cli {
+
+struct ModelOptions {
+  std::string model;       // -m
+  int threads = 0;         // -t; 0: all cores
+  int ctx = 4096;          // -c; KV capacity in tokens (capped by the model's trained context)
+  std::string kv = "bf16"; // --kv
+  bool verbose = false;
+};
+
+void add_model_options(CLI::App& cmd, ModelOptions& o, bool with_ctx = true);
+void add_sampler_options(CLI::App& cmd, SamplerParams& p);
+
+struct LoadedModel {
+  std::unique_ptr<Transformer> transformer;
+  std::unique_ptr<Tokenizer> tokenizer;
+  ChatTemplateKind chat_template = ChatTemplateKind::none;
+  std::string default_system;  // system message the model's template adds when none is given
+  double load_seconds = 0.0;
+};
+
+// Applies -t, opens the model (GGUF or safetensors), builds the tokenizer. Throws oscar::Error.
+LoadedModel load_model(const ModelOptions& o);
+KvSpec kv_spec_from(const ModelOptions& o);
+
+// Feeds the prompt, then samples up to n_predict tokens, calling on_token for each new
+// one (return false to stop). Stops at an end-of-generation token, which is not passed on.
+struct GenerationStats {
+  int64_t n_prompt = 0, n_generated = 0;
+  double prompt_seconds = 0.0, generate_seconds = 0.0;
+};
+GenerationStats generate(LoadedModel& m, KvCache& cache, SeqId seq, const std::vector<int32_t>& prompt,
+                         int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token);
+
+// Collects token bytes and releases only whole UTF-8 characters.
+class Utf8Stream {
+ public:
+  std::string push(const std::string& bytes);
+  std::string flush();
+
+ private:
+  std::string pending_;
+};
+
+std::string format_bytes(int64_t bytes);
+void print_kv_memory(const KvCache& cache, SeqId seq);
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace oscar::cli

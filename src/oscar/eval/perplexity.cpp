@@ -1,0 +1,66 @@
+#include "oscar/eval/perplexity.h"
+
+#include <cmath>
+
+#include "oscar/core/error.h"
+
+namespace oscar {
+
+double NllStats::ppl() const { return std::exp(mean()); }
+
+double NllStats::ppl_stderr() const {
+  if (n_ < 2) return 0.0;
+  const double m = mean();
+  const double var = std::max(0.0, sum2_ / double(n_) - m * m);
+  return std::sqrt(var / double(n_ - 1)) * ppl();
+}
+
+double token_nll(std::span<const float> logits, int32_t target) {
+  OSCAR_CHECK(target >= 0 && size_t(target) < logits.size(), "target {} outside vocab {}", target, logits.size());
+  double m = logits[0];
+  for (float x : logits) m = std::max(m, double(x));
+  double sum = 0.0;
+  for (float x : logits) sum += std::exp(double(x) - m);
+  return -(double(logits[size_t(target)]) - m - std::log(sum));
+}
+
+PerplexityResult perplexity(Transformer& model, std::span<const int32_t> tokens, const PerplexityOptions& opt,
+                            const std::function<void(int, const NllStats&)>& on_chunk) {
+  const int N = opt.n_ctx;
+  if (N < 4) fail("perplexity context {} is too small (need at least 4)", N);
+  int n_chunks = int(int64_t(tokens.size()) / N);
+  if (opt.max_chunks >= 0) n_chunks = std::min(n_chunks, opt.max_chunks);
+  if (n_chunks == 0) fail("text has {} tokens, fewer than one chunk of {}: use a longer file or a smaller -c", tokens.size(), N);
+
+  const int64_t n_vocab = model.config().n_vocab;
+  KvCache cache(model.kv_shape(), opt.kv, N);
+  const SeqId seq = cache.add_sequence();
+  NllStats stats;
+  PerplexityResult r;
+  r.n_ctx = N;
+  std::vector<float> logits;
+  std::vector<int32_t> chunk(static_cast<size_t>(N));
+  for (int c = 0; c < n_chunks; ++c) {
+    std::copy_n(tokens.begin() + int64_t(c) * N, N, chunk.begin());
+    if (opt.bos_id >= 0) chunk[0] = opt.bos_id;
+    cache.clear_sequence(seq);
+    model.forward(cache, seq, chunk, LogitsFor::all, logits);
+    NllStats chunk_stats;
+    for (int j = N / 2; j <= N - 2; ++j) {
+      const double nll = token_nll(std::span<const float>(logits.data() + int64_t(j) * n_vocab, size_t(n_vocab)),
+                                   chunk[size_t(j + 1)]);
+      stats.add(nll);
+      chunk_stats.add(nll);
+    }
+    r.chunk_mean_nll.push_back(chunk_stats.mean());
+    if (on_chunk) on_chunk(c, stats);
+  }
+  r.n_chunks = n_chunks;
+  r.n_scored = stats.count();
+  r.mean_nll = stats.mean();
+  r.ppl = stats.ppl();
+  r.ppl_stderr = stats.ppl_stderr();
+  return r;
+}
+
+}  // namespace oscar
