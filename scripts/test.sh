@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs the whole test suite (unit tests, the
+# end-to-end comparison with the NumPy reference on the real default model, CLI tests).
+# Exits non-zero when any test fails.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$here/env.sh"
+bash "$here/setup.sh"
+bash "$here/build.sh"
+cd "$here/.."
+export OSCAR_REQUIRE_MODEL=1  # tests that need the model fail instead of skipping
+ctest --test-dir "$OSCAR_BUILD" --output-on-failure -j2 --timeout 1200

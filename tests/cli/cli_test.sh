@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Black-box tests of the oscar CLI: help, bad flags, bad files, and the output
+# format of each subcommand on the default model. Usage: cli_test.sh path/to/oscar
+set -uo pipefail
+bin="$1"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$here/../../scripts/env.sh"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0 skip=0
+
+check() {  # name, expected exit ("0" or "nonzero"), grep pattern for the output, command...
+  local name="$1" want="$2" pattern="$3"; shift 3
+  local out rc
+  out="$("$@" 2>&1)"; rc=$?
+  local ok=1
+  if [[ "$want" == 0 && $rc != 0 ]]; then ok=0; fi
+  # A crash (signal) is never an acceptable way to fail.
+  if [[ "$want" == nonzero && ( $rc == 0 || $rc -ge 128 ) ]]; then ok=0; fi
+  if [[ -n "$pattern" ]] && ! grep -qE -- "$pattern" <<<"$out"; then ok=0; fi
+  if [[ $ok == 1 ]]; then
+    pass=$((pass + 1)); echo "ok   $name"
+  else
+    fail=$((fail + 1)); echo "FAIL $name (exit $rc, wanted $want, pattern '$pattern')"; echo "$out" | tail -5 | sed 's/^/     /'
+  fi
+}
+
+check "top-level help" 0 "run" "$bin" --help
+for cmd in run chat ppl inspect bench; do check "$cmd --help" 0 "--model" "$bin" "$cmd" --help; done
+check "no subcommand" nonzero "" "$bin"
+check "unknown subcommand" nonzero "" "$bin" frobnicate
+check "unknown flag" nonzero "--bogus" "$bin" run -m x.gguf -p hi --bogus
+check "missing model file" nonzero "does not exist" "$bin" run -m "$tmp/none.gguf" -p hi
+echo "not a gguf file at all" > "$tmp/text.gguf"
+check "not a GGUF file" nonzero "error: .*magic" "$bin" run -m "$tmp/text.gguf" -p hi
+: > "$tmp/empty.gguf"
+check "empty file" nonzero "error:" "$bin" inspect "$tmp/empty.gguf"
+
+if [[ -f "$OSCAR_MODEL" ]]; then
+  head -c 3000000 "$OSCAR_MODEL" > "$tmp/truncated.gguf"
+  check "truncated GGUF" nonzero "error: .*(exceeds|truncated|beyond|past)" "$bin" run -m "$tmp/truncated.gguf" -p hi
+  check "bad --kv" nonzero "unknown KV cache type" "$bin" run -m "$OSCAR_MODEL" -p hi --kv int3
+  check "bad --top-p" nonzero "top_p" "$bin" run -m "$OSCAR_MODEL" -p hi --top-p 1.5
+  check "missing ppl text" nonzero "" "$bin" ppl -m "$OSCAR_MODEL" -f "$tmp/none.txt"
+  check "inspect" 0 "272 tensors" "$bin" inspect --no-tensors "$OSCAR_MODEL"
+  check "run greedy" 0 "Paris" "$bin" run -m "$OSCAR_MODEL" -p "The capital of France is" -n 4 --temp 0
+  check "run reports speed and KV memory" 0 "KV cache \(bf16\)" "$bin" run -m "$OSCAR_MODEL" -p "Hello" -n 4
+  check "run --chat" 0 "tokens/s" "$bin" run -m "$OSCAR_MODEL" --chat -p "Say hi." -n 8 --temp 0
+  check "prompt longer than context" nonzero "context size" "$bin" run -m "$OSCAR_MODEL" -p "$(printf 'word %.0s' {1..100})" -c 16
+  check "ppl output format" 0 "Final estimate: PPL over 2 chunks for n_ctx=128 = [0-9.]+ \+/- [0-9.]+" \
+    "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 128 --chunks 2
+  check "ppl text shorter than a chunk" nonzero "fewer than one chunk" "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/tokenizer_corpus.txt" -c 8192
+  check "bench json" 0 "decode" "$bin" bench -m "$OSCAR_MODEL" -p 16 -n 2 --json "$tmp/bench.json"
+  check "bench wrote json" 0 "prefill_tokens_per_s" cat "$tmp/bench.json"
+  check "chat session" 0 "" bash -c "printf 'Hi\n/exit\n' | '$bin' chat -m '$OSCAR_MODEL' -n 8 --temp 0"
+elif [[ "${OSCAR_REQUIRE_MODEL:-0}" == 1 ]]; then
+  fail=$((fail + 1)); echo "FAIL default model missing: $OSCAR_MODEL"
+else
+  skip=$((skip + 1)); echo "skip model tests: $OSCAR_MODEL missing"
+fi
+
+echo "$pass passed, $fail failed, $skip skipped"
+[[ $fail == 0 ]]
