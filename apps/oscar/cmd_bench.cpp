@@ -33,7 +33,7 @@ int bench(const BenchOptions& o) {
     if (p <= 0) fail("bench: prompt length {} must be positive", p);
     double best_pp = 0, best_tg = 0;
     for (int r = 0; r < o.reps; ++r) {
-      KvCache cache(m.transformer->kv_shape(), kv_spec_from(o.model), int64_t(p) + o.n_gen);
+      KvCache cache = m.transformer->make_cache(int64_t(p) + o.n_gen);
       const SeqId seq = cache.add_sequence();
       std::vector<int32_t> prompt(static_cast<size_t>(p));
       for (auto& t : prompt) t = tok(rng);

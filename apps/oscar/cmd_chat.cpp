@@ -22,7 +22,7 @@ struct ChatOptions {
 int chat(const ChatOptions& o) {
   LoadedModel m = load_model(o.model);
   if (m.chat_template == ChatTemplateKind::none) fail("chat: the model has no known chat template");
-  KvCache cache(m.transformer->kv_shape(), kv_spec_from(o.model), o.model.ctx);
+  KvCache cache = m.transformer->make_cache(o.model.ctx);
   const SeqId seq = cache.add_sequence();
   Sampler sampler(o.sampler);
   std::vector<ChatMessage> history;

@@ -37,10 +37,9 @@ int ppl(const PplOptions& o) {
   po.n_ctx = o.model.ctx;
   po.max_chunks = o.chunks;
   po.bos_id = m.tokenizer->add_bos() ? m.tokenizer->bos_id() : -1;
-  po.kv = kv_spec_from(o.model);
   const int avail = int(int64_t(tokens.size()) / po.n_ctx);
   fmt::print(stderr, "perplexity: {} chunks of {} tokens, KV {}\n", o.chunks >= 0 ? std::min(o.chunks, avail) : avail,
-             po.n_ctx, po.kv.name());
+             po.n_ctx, m.transformer->kv_spec().name());
   const auto t1 = std::chrono::steady_clock::now();
   const PerplexityResult r = perplexity(*m.transformer, tokens, po, [](int c, const NllStats& s) {
     fmt::print("[{}]{:.4f},", c + 1, s.ppl());

@@ -35,7 +35,7 @@ int run(const RunOptions& o) {
   if (prompt.empty()) fail("the prompt is empty");
   const int n_ctx = std::min(o.model.ctx, m.transformer->config().n_ctx_train > 0 ? m.transformer->config().n_ctx_train : o.model.ctx);
   if (int64_t(prompt.size()) >= n_ctx) fail("prompt has {} tokens, more than the context size {} (-c)", prompt.size(), n_ctx);
-  KvCache cache(m.transformer->kv_shape(), kv_spec_from(o.model), std::min<int64_t>(n_ctx, int64_t(prompt.size()) + o.n_predict));
+  KvCache cache = m.transformer->make_cache(std::min<int64_t>(n_ctx, int64_t(prompt.size()) + o.n_predict));
   const SeqId seq = cache.add_sequence();
   Sampler sampler(o.sampler);
 

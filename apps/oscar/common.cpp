@@ -9,6 +9,7 @@
 #include "oscar/core/thread_pool.h"
 #include "oscar/formats/gguf.h"
 #include "oscar/model/weight_source.h"
+#include "oscar/text/tokenizer_hf.h"
 
 namespace oscar::cli {
 
@@ -16,7 +17,14 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool with_ctx) {
   cmd.add_option("-m,--model", o.model, "model file (.gguf) or safetensors directory")->required();
   cmd.add_option("-t,--threads", o.threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
   if (with_ctx) cmd.add_option("-c,--ctx-size", o.ctx, "KV cache size in tokens")->check(CLI::Range(8, 1 << 24));
-  cmd.add_option("--kv", o.kv, "KV cache type: bf16 | f32");
+  cmd.add_option("--kv", o.kv,
+                 "KV cache type: bf16 | f32 | int8 | int4 | int2 | int2-hadamard | kivi2 | int2-oscar | int2-oscar-lloydmax");
+  cmd.add_option("--rotations", o.rotations, "OSCAR rotations: a directory written by `oscar calibrate`");
+  cmd.add_option("--kv-group", o.kv_group, "quant group along head_dim (default 128, at most head_dim)");
+  cmd.add_option("--kv-sink", o.kv_sink, "tokens kept BF16 at the start (default 64)");
+  cmd.add_option("--kv-recent", o.kv_recent, "tokens kept BF16 at the end (default 256)");
+  cmd.add_option("--k-clip", o.k_clip, "key clip ratio in [0, 1] (quantile of |x| per row; 0: off)");
+  cmd.add_option("--v-clip", o.v_clip, "value clip ratio in [0, 1]");
   cmd.add_flag("-v,--verbose", o.verbose, "print loading details");
 }
 
@@ -30,22 +38,46 @@ void add_sampler_options(CLI::App& cmd, SamplerParams& p) {
   cmd.add_option("-s,--seed", p.seed, "random seed");
 }
 
-KvSpec kv_spec_from(const ModelOptions& o) { return KvSpec::parse(o.kv); }
+KvSpec kv_spec_from(const ModelOptions& o) {
+  KvSpec s = KvSpec::parse(o.kv);
+  if (o.kv_group) s.group = *o.kv_group;
+  if (o.kv_sink) s.sink = *o.kv_sink;
+  if (o.kv_recent) s.recent = *o.kv_recent;
+  if (o.k_clip) s.k_clip = *o.k_clip;
+  if (o.v_clip) s.v_clip = *o.v_clip;
+  s.validate();
+  return s;
+}
 
 LoadedModel load_model(const ModelOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   set_num_threads(o.threads);
   openblas_set_num_threads(num_threads());
   LoadedModel m;
+  const KvSpec kv = kv_spec_from(o);  // flags first: fail before the slow part
   auto src = open_weight_source(o.model);
-  if (std::filesystem::is_directory(o.model) || o.model.ends_with(".safetensors"))
-    fail("'{}': generating from a safetensors model needs a tokenizer; only GGUF models carry one so far", o.model);
-  const gguf::GgufFile f = gguf::GgufFile::open(o.model);
-  m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(f));
-  const std::string tmpl = f.get_string("tokenizer.chat_template", "");
+  std::string tmpl;
+  if (std::filesystem::is_directory(o.model) || o.model.ends_with(".safetensors")) {
+    const std::string dir =
+        std::filesystem::is_directory(o.model) ? o.model : std::filesystem::path(o.model).parent_path().string();
+    m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_hf(dir));
+    tmpl = hf_chat_template(dir);
+  } else {
+    const gguf::GgufFile f = gguf::GgufFile::open(o.model);
+    m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(f));
+    tmpl = f.get_string("tokenizer.chat_template", "");
+  }
   m.chat_template = detect_chat_template(tmpl, arch_name(src->config().arch));
   m.default_system = default_system_message(tmpl);
   m.transformer = std::make_unique<Transformer>(load_model_weights(*src));
+  std::optional<RotationSet> rotations;
+  if (!o.rotations.empty()) rotations = load_rotations(o.rotations);
+  if (rotations && (o.k_clip || o.v_clip))
+    for (LayerRotation& l : rotations->layers) {
+      if (o.k_clip) l.k_clip = *o.k_clip;
+      if (o.v_clip) l.v_clip = *o.v_clip;
+    }
+  m.transformer->configure_kv(kv, rotations ? &*rotations : nullptr);
   if (m.tokenizer->n_vocab() != m.transformer->config().n_vocab)
     fail("'{}': tokenizer has {} tokens but the embedding has {} rows", o.model, m.tokenizer->n_vocab(),
          m.transformer->config().n_vocab);
@@ -117,9 +149,11 @@ void print_kv_memory(const KvCache& cache, SeqId seq) {
   const KvShape& s = cache.shape();
   const int64_t n = cache.length(seq);
   const int64_t bf16_bytes = 2LL * 2 * s.n_layers * s.n_kv_heads * s.head_dim * n;
-  fmt::print(stderr, "KV cache ({}): {} tokens, {} ({:.2f} bits/element); BF16 KV would hold {} ({:.2f}x)\n",
-             cache.spec().name(), n, format_bytes(cache.bytes_used(seq)), cache.spec().bits_per_element(),
-             format_bytes(bf16_bytes), cache.bytes_used(seq) ? double(bf16_bytes) / double(cache.bytes_used(seq)) : 1.0);
+  const int64_t used = cache.bytes_used(seq);
+  fmt::print(stderr,
+             "KV cache ({}): {} tokens ({} history), {} at {:.2f} bits/element; BF16 KV would hold {}: {:.2f}x less\n",
+             cache.spec().name(), n, cache.history_tokens(seq), format_bytes(used), cache.bits_per_element(seq),
+             format_bytes(bf16_bytes), used ? double(bf16_bytes) / double(used) : 1.0);
 }
 
 }  // namespace oscar::cli

@@ -23,6 +23,9 @@ struct ModelOptions {
   int threads = 0;         // -t; 0: all cores
   int ctx = 4096;          // -c; KV capacity in tokens (capped by the model's trained context)
   std::string kv = "bf16"; // --kv
+  std::string rotations;   // --rotations DIR (RotationZoo files from `oscar calibrate`)
+  std::optional<int> kv_group, kv_sink, kv_recent;
+  std::optional<float> k_clip, v_clip;
   bool verbose = false;
 };
 
@@ -36,6 +39,9 @@ struct LoadedModel {
   std::string default_system;  // system message the model's template adds when none is given
   double load_seconds = 0.0;
 };
+
+// Reads rotations written by `oscar calibrate` (a RotationZoo directory). Throws oscar::Error.
+RotationSet load_rotations(const std::string& path);
 
 // Applies -t, opens the model (GGUF or safetensors), builds the tokenizer. Throws oscar::Error.
 LoadedModel load_model(const ModelOptions& o);

@@ -12,7 +12,8 @@ namespace {
 std::vector<float> run_logits(Transformer& m, const std::vector<int32_t>& ids, KvDtype dt, LogitsFor which) {
   KvSpec spec;
   spec.dtype = dt;
-  KvCache cache(m.kv_shape(), spec, int64_t(ids.size()) + 64);
+  m.configure_kv(spec);
+  KvCache cache = m.make_cache(int64_t(ids.size()) + 64);
   const SeqId seq = cache.add_sequence();
   std::vector<float> logits;
   m.forward(cache, seq, ids, which, logits);
@@ -80,7 +81,8 @@ TEST(ReferenceSmolLM2, GreedyGenerationMatches) {
   for (const auto& c : g->golden["cases"]) {
     const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
     const auto want = c["greedy_ids"].get<std::vector<int32_t>>();
-    KvCache cache(g->model->kv_shape(), KvSpec{}, int64_t(prompt.size() + want.size()) + 8);
+    g->model->configure_kv(KvSpec{});
+    KvCache cache = g->model->make_cache(int64_t(prompt.size() + want.size()) + 8);
     const SeqId seq = cache.add_sequence();
     std::vector<float> logits;
     g->model->forward(cache, seq, prompt, LogitsFor::last, logits);
@@ -113,10 +115,12 @@ TEST(ReferenceSmolLM2, PerplexityMatches) {
   PerplexityOptions opt;
   opt.n_ctx = gj["ppl_ctx"].get<int>();
   for (KvDtype dt : {KvDtype::f32, KvDtype::bf16}) {
-    opt.kv.dtype = dt;
+    KvSpec spec;
+    spec.dtype = dt;
+    g->model->configure_kv(spec);
     const PerplexityResult r = perplexity(*g->model, tokens, opt);
     const double want = gj["ppl"].get<double>();
-    std::printf("ppl (%s KV) = %.4f +/- %.4f, reference %.4f +/- %.4f\n", opt.kv.name().c_str(), r.ppl, r.ppl_stderr,
+    std::printf("ppl (%s KV) = %.4f +/- %.4f, reference %.4f +/- %.4f\n", g->model->kv_spec().name().c_str(), r.ppl, r.ppl_stderr,
                 want, gj["ppl_stderr"].get<double>());
     EXPECT_EQ(r.n_chunks, gj["ppl_chunks"].get<int>());
     EXPECT_EQ(r.n_scored, int64_t(r.n_chunks) * gj["ppl_scored_per_chunk"].get<int64_t>());

@@ -85,7 +85,7 @@ TEST(KvCache, FullCacheRefusesWithoutChange) {
 
 TEST(KvSpec, ParsesAndRejects) {
   EXPECT_EQ(KvSpec::parse("bf16").dtype, KvDtype::bf16);
-  EXPECT_EQ(KvSpec::parse("f32").bits_per_element(), 32.0);
+  EXPECT_EQ(KvSpec::parse("f32").bits(), 32);
   EXPECT_THROW(KvSpec::parse("int3"), Error);
 }
 

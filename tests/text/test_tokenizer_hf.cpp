@@ -56,7 +56,8 @@ TEST_P(HfCorpus, IdsMatchHfAndRoundTrip) {
   EXPECT_EQ(n_normalized, GetParam() == "qwen2" ? 3u : 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Styles, HfCorpus, testing::Values("smollm", "gpt2", "llama3", "qwen2"));
+INSTANTIATE_TEST_SUITE_P(Styles, HfCorpus, testing::Values("smollm", "gpt2", "llama3", "qwen2"),
+                         [](const testing::TestParamInfo<std::string>& p) { return p.param; });
 
 TEST(TokenizerHf, MapsPreTokenizersAndSpecialTokens) {
   const Tokenizer smollm(tokenizer_data_from_hf(fixture_dir("smollm")));
@@ -220,19 +221,25 @@ TEST(TokenizerHf, RefusesUnknownPreTokenizers) {
 }
 
 TEST(TokenizerHf, RefusesBadIds) {
-  expect_refused("smollm", [](json& t, json&) { t["model"]["vocab"]["the"] = 600; }, {"model.vocab['the']", "600"});
-  expect_refused("smollm", [](json& t, json&) { t["model"]["vocab"]["the"] = -1; }, {"model.vocab['the']", "-1"});
-  expect_refused("smollm", [](json& t, json&) { t["model"]["vocab"]["the"] = "7"; }, {"model.vocab['the']"});
-  // Two vocab texts with one id: "the" takes the id of "Ġt" and leaves a gap.
-  expect_refused("smollm", [](json& t, json&) { t["model"]["vocab"]["the"] = t["model"]["vocab"]["Ġt"]; },
+  // Ids beyond the number of entries (600 vocab + 3 added) must leave a gap.
+  expect_refused("smollm", [](json& t, json&) { t["model"]["vocab"]["he"] = 603; }, {"model.vocab['he']", "603"});
+  expect_refused("smollm", [](json& t, json&) { t["model"]["vocab"]["he"] = -1; }, {"model.vocab['he']", "-1"});
+  expect_refused("smollm", [](json& t, json&) { t["model"]["vocab"]["he"] = "7"; }, {"model.vocab['he']"});
+  // Two vocab texts with one id: "he" takes the id of "Ġt".
+  expect_refused("smollm", [](json& t, json&) { t["model"]["vocab"]["he"] = t["model"]["vocab"]["Ġt"]; },
                  {"model.vocab", "gives id"});
-  expect_refused("smollm", [](json& t, json&) { t["model"]["vocab"].erase("the"); }, {"no token has id"});
+  expect_refused("smollm", [](json& t, json&) { t["model"]["vocab"].erase("he"); }, {"no token has id"});
+  expect_refused("smollm", [](json& t, json&) { t["model"]["vocab"]["he"] = 602; }, {"no token has id"});
   expect_refused("smollm", [](json& t, json&) { t["added_tokens"][1]["id"] = 5; }, {"added token", "has id 5"});
   expect_refused("smollm", [](json& t, json&) { t["added_tokens"][1]["id"] = 0; }, {"added_tokens gives id 0"});
   expect_refused("smollm", [](json& t, json&) { t["added_tokens"][0]["id"] = 1000; }, {"added_tokens[0].id", "1000"});
   expect_refused("smollm", [](json& t, json&) { t["added_tokens"][0]["lstrip"] = true; }, {"added_tokens[0].lstrip"});
-  expect_refused("smollm", [](json& t, json&) { t["model"]["merges"][3] = "onlyone"; }, {"merge"});
+  expect_refused("gpt2", [](json& t, json&) { t["model"]["merges"][3] = "onlyone"; }, {"model.merges[3]"});
   expect_refused("smollm", [](json& t, json&) { t["model"]["merges"][3] = json::array({"a"}); }, {"model.merges[3]"});
+  // A merge of tokens the vocabulary lacks passes the loader; the Tokenizer refuses it.
+  ScratchDir dir;
+  write_edited(dir, "smollm", [](json& t, json&) { t["model"]["merges"][3] = json::array({"zz", "qq"}); });
+  EXPECT_THROW(Tokenizer(tokenizer_data_from_hf(dir.str())), Error);
 }
 
 TEST(TokenizerHf, RefusesBadConfig) {

@@ -15,9 +15,18 @@ void attention_decode(const AttentionShape& s, const KvSeqView& kv, const float*
   const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
   OSCAR_CHECK(group <= kMaxDecodeGroup, "GQA group {} exceeds {}", group, kMaxDecodeGroup);
   OSCAR_CHECK(d <= kMaxDecodeHeadDim && d % 8 == 0, "head_dim {} unsupported by decode attention", d);
-  // Chunks of keys small enough to spread a single head over all threads.
+  // Key ranges of at most 256 keys that never straddle a segment boundary, so each
+  // task reads one storage format; small enough to spread one head over all threads.
   const int64_t chunk = 256;
-  const int64_t n_chunks = std::max<int64_t>(1, (kv.n_tokens + chunk - 1) / chunk);
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  auto add_segment = [&](int64_t b, int64_t e) {
+    for (int64_t x = b; x < e; x += chunk) ranges.emplace_back(x, std::min(e, x + chunk));
+  };
+  add_segment(0, kv.hist_begin);
+  add_segment(kv.hist_begin, kv.hist_end);
+  add_segment(kv.hist_end, kv.n_tokens);
+  if (ranges.empty()) ranges.emplace_back(0, 0);
+  const int64_t n_chunks = int64_t(ranges.size());
   const int64_t n_tasks = int64_t(s.n_kv_heads) * n_chunks;
   std::vector<SoftmaxPartial> part(size_t(n_tasks * group));
   std::vector<float> part_o(size_t(n_tasks * group * d));
@@ -26,11 +35,13 @@ void attention_decode(const AttentionShape& s, const KvSeqView& kv, const float*
   default_pool().parallel_for(n_tasks, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t task = t0; task < t1; ++task) {
       const int kvh = int(task / n_chunks);
-      const int64_t begin = (task % n_chunks) * chunk, end = std::min(kv.n_tokens, begin + chunk);
+      const auto [begin, end] = ranges[size_t(task % n_chunks)];
       DecodeChunk c{kv, kvh, begin, end, q + int64_t(kvh) * group * d, group, scale};
       SoftmaxPartial* pp = part.data() + task * group;
       float* po = part_o.data() + task * group * d;
-      if (avx2) {
+      if (begin < end && kv.in_history(begin)) {
+        decode_chunk_history(c, pp, po);
+      } else if (avx2) {
         decode_chunk_avx2(c, pp, po);
       } else {
         decode_chunk_scalar(c, pp, po);

@@ -38,23 +38,33 @@ void attention_ref(const AttentionShape& s, const float* q, int64_t n_q, int64_t
 }
 
 namespace {
-float load_elem(const KvSeqView& kv, const uint8_t* pool, int64_t off, int c) {
-  if (kv.dtype == KvDtype::f32) return reinterpret_cast<const float*>(pool + off)[c];
-  return bf16_to_f32(reinterpret_cast<const bf16*>(pool + off)[c]);
+// Row t of one KV head as f32: from the fp pages, or dequantized from history.
+void load_row(const KvSeqView& kv, bool key, int kvh, int64_t t, float* out) {
+  if (kv.in_history(t)) {
+    int row = 0;
+    const HistoryFormat& f = key ? *kv.k_format : *kv.v_format;
+    history_load(f, kv.history_block(key ? kv.qk_pool : kv.qv_pool, f, kvh, t, &row), row, out);
+    return;
+  }
+  const uint8_t* p = (key ? kv.k_pool : kv.v_pool) + kv.row_offset(kvh, t);
+  for (int c = 0; c < kv.head_dim; ++c)
+    out[c] = kv.dtype == KvDtype::f32 ? reinterpret_cast<const float*>(p)[c]
+                                      : bf16_to_f32(reinterpret_cast<const bf16*>(p)[c]);
 }
 }  // namespace
 
 void attention_decode_ref(const AttentionShape& s, const KvSeqView& kv, const float* q, float* out) {
   const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const double scale = 1.0 / std::sqrt(double(d));
-  std::vector<double> p(size_t(kv.n_tokens));
+  std::vector<double> p(static_cast<size_t>(kv.n_tokens));
+  std::vector<float> row(static_cast<size_t>(d));
   for (int h = 0; h < s.n_heads; ++h) {
     const int kvh = h / group;
     double m = -INFINITY;
     for (int64_t t = 0; t < kv.n_tokens; ++t) {
-      const int64_t off = kv.row_offset(kvh, t);
+      load_row(kv, true, kvh, t, row.data());
       double dot = 0.0;
-      for (int c = 0; c < d; ++c) dot += double(q[h * d + c]) * load_elem(kv, kv.k_pool, off, c);
+      for (int c = 0; c < d; ++c) dot += double(q[h * d + c]) * row[size_t(c)];
       p[size_t(t)] = dot * scale;
       m = std::max(m, p[size_t(t)]);
     }
@@ -62,8 +72,8 @@ void attention_decode_ref(const AttentionShape& s, const KvSeqView& kv, const fl
     for (double& x : p) sum += (x = std::exp(x - m));
     std::vector<double> acc(size_t(d), 0.0);
     for (int64_t t = 0; t < kv.n_tokens; ++t) {
-      const int64_t off = kv.row_offset(kvh, t);
-      for (int c = 0; c < d; ++c) acc[size_t(c)] += p[size_t(t)] * load_elem(kv, kv.v_pool, off, c);
+      load_row(kv, false, kvh, t, row.data());
+      for (int c = 0; c < d; ++c) acc[size_t(c)] += p[size_t(t)] * row[size_t(c)];
     }
     for (int c = 0; c < d; ++c) out[h * d + c] = float(acc[size_t(c)] / sum);
   }

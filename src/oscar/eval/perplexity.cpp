@@ -33,7 +33,7 @@ PerplexityResult perplexity(Transformer& model, std::span<const int32_t> tokens,
   if (n_chunks == 0) fail("text has {} tokens, fewer than one chunk of {}: use a longer file or a smaller -c", tokens.size(), N);
 
   const int64_t n_vocab = model.config().n_vocab;
-  KvCache cache(model.kv_shape(), opt.kv, N);
+  KvCache cache = model.make_cache(N);
   const SeqId seq = cache.add_sequence();
   NllStats stats;
   PerplexityResult r;

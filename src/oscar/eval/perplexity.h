@@ -1,7 +1,7 @@
 // Perplexity the way llama-perplexity computes it (../shared/eval-protocol.md):
 // consecutive chunks of n_ctx tokens, each from an empty KV cache; only the second
 // half of each chunk is scored; the ± is the standard error of the mean NLL carried
-// through exp.
+// through exp. The KV format is the model's (Transformer::configure_kv).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -17,7 +17,6 @@ struct PerplexityOptions {
   int n_ctx = 512;
   int max_chunks = -1;      // -1: all whole chunks
   int32_t bos_id = -1;      // when >= 0, the first token of each chunk is replaced by BOS
-  KvSpec kv;
 };
 
 struct PerplexityResult {

@@ -1,44 +1,63 @@
-// Paged KV cache for many sequences. Storage per layer, K and V apart:
-//   k_[layer]: [n_blocks, n_kv_heads, block_tokens, head_dim] in the spec's dtype
-// A sequence owns a block table; token t of it lives in block table[t / block_tokens]
-// at row t % block_tokens. Writes for a step go to every layer, then commit() makes
-// them visible by advancing the sequence length. INT2 segments (sink / history /
-// recent) will be more views over pages of the same pool.
+// Paged KV cache for many sequences, in the segments of a KvSpec:
+//   [sink 0..S) ‖ [history S..h) ‖ [recent h..t)      h = spec.history_end(t)
+// Full-precision rows (sink, recent, and a step's new tokens) live in fp pages:
+//   fp_k_[layer]: [n_fp_blocks, n_kv_heads, block_tokens, head_dim] in spec.dtype
+// quantized history rows live in history pages:
+//   q_k_[layer]: [n_q_blocks, n_kv_heads, HistoryFormat::block_bytes()]
+// A step runs, per layer: write(new rows) → demote(rows now history) → attention; then
+// commit() advances the length and releases fp pages whose tokens are all history.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <vector>
 
 #include "oscar/kv/block_allocator.h"
+#include "oscar/kv/history_format.h"
 #include "oscar/kv/kv_spec.h"
 
 namespace oscar {
 
 using SeqId = int32_t;
 
-// Read-only view of one (layer, sequence): what attention kernels need, no engine types.
+// Read-only view of one (layer, sequence) for the attention kernels: no engine types.
 struct KvSeqView {
   KvDtype dtype = KvDtype::bf16;
-  const uint8_t* k_pool = nullptr;  // this layer's K pool base
-  const uint8_t* v_pool = nullptr;  // this layer's V pool base
-  const int32_t* blocks = nullptr;  // [ceil(n_tokens / block_tokens)] block ids
-  int64_t n_tokens = 0;
+  const uint8_t* k_pool = nullptr;  // this layer's fp K pool base
+  const uint8_t* v_pool = nullptr;
+  const int32_t* blocks = nullptr;  // fp block of token t: blocks[t / block_tokens] (−1: released)
+  int64_t n_tokens = 0;             // sequence length the view covers
   int block_tokens = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
+  // History segment [hist_begin, hist_end); empty when not quantized.
+  int64_t hist_begin = 0, hist_end = 0;
+  const uint8_t* qk_pool = nullptr;
+  const uint8_t* qv_pool = nullptr;
+  const int32_t* q_blocks = nullptr;  // history block of token t: q_blocks[(t − hist_begin) / hf.block_tokens]
+  const HistoryFormat* k_format = nullptr;
+  const HistoryFormat* v_format = nullptr;
 
-  // Byte offset of row (kv_head, token) inside a pool.
+  bool in_history(int64_t t) const { return t >= hist_begin && t < hist_end; }
+  // Byte offset of the fp row (kv_head, token) inside an fp pool.
   int64_t row_offset(int kv_head, int64_t token) const {
     const int64_t elem = dtype == KvDtype::f32 ? 4 : 2;
     const int64_t block = blocks[token / block_tokens];
     return (((block * n_kv_heads + kv_head) * block_tokens) + token % block_tokens) * head_dim * elem;
+  }
+  // History block (kv_head) holding token t, and t's row inside it.
+  const uint8_t* history_block(const uint8_t* pool, const HistoryFormat& f, int kv_head, int64_t t, int* row) const {
+    const int64_t i = t - hist_begin;
+    *row = int(i % f.block_tokens);
+    return pool + (int64_t(q_blocks[i / f.block_tokens]) * n_kv_heads + kv_head) * int64_t(f.block_bytes());
   }
 };
 
 class KvCache {
  public:
   // Room for `capacity_tokens` tokens over all sequences (rounded up to whole pages).
-  KvCache(KvShape shape, KvSpec spec, int64_t capacity_tokens);
+  // `formats` (one K and one V format per layer) are required when spec.quantized().
+  KvCache(KvShape shape, KvSpec spec, int64_t capacity_tokens, std::vector<HistoryFormat> k_formats = {},
+          std::vector<HistoryFormat> v_formats = {});
 
   const KvShape& shape() const { return shape_; }
   const KvSpec& spec() const { return spec_; }
@@ -49,39 +68,56 @@ class KvCache {
   bool has_sequence(SeqId seq) const { return seqs_.count(seq) != 0; }
   int64_t length(SeqId seq) const;
 
-  // Makes room for n more tokens; false (and no change) when pages run out.
+  // Makes room for n more tokens (fp pages for them, history pages for what they push
+  // out of the recent window); false, with nothing changed, when pages run out.
   bool reserve(SeqId seq, int64_t n);
-  // Writes rows for tokens [pos, pos + n) of one layer; k, v: [n, n_kv_heads, head_dim] f32.
-  // The pages must be reserved, and pos must be the current length (append only).
+  // Writes fp rows for tokens [pos, pos + n) of one layer; k, v: [n, n_kv_heads, head_dim].
+  // pos must be the current length (append only) and the pages reserved.
   void write(int layer, SeqId seq, int64_t pos, int64_t n, const float* k, const float* v);
-  void commit(SeqId seq, int64_t n);  // length += n, after every layer was written
+  // Quantizes the rows of one layer that become history at length new_len.
+  void demote(int layer, SeqId seq, int64_t new_len);
+  void commit(SeqId seq, int64_t n);  // length += n after every layer was written and demoted
 
-  // View over tokens [0, n_tokens) of a layer; n_tokens may exceed length() by the
-  // tokens written but not yet committed in the current step.
+  // View of a layer at length n_tokens (the committed length plus this step's tokens).
   KvSeqView view(int layer, SeqId seq, int64_t n_tokens) const;
-  // Copies K and V rows of one KV head, tokens [0, n), to f32: k_out, v_out: [n, head_dim].
-  void gather_f32(int layer, SeqId seq, int kv_head, int64_t n, float* k_out, float* v_out) const;
+  // f32 copies of one KV head's rows [0, n): fp rows where they exist (zeros elsewhere),
+  // and dequantized history rows for [hist_begin, hist_end) (zeros elsewhere).
+  void gather_fp(int layer, SeqId seq, int kv_head, int64_t n, float* k_out, float* v_out) const;
+  void gather_history(int layer, SeqId seq, int kv_head, int64_t n, float* k_out, float* v_out) const;
+  // Backwards-compatible name for caches without history: all rows in f32.
+  void gather_f32(int layer, SeqId seq, int kv_head, int64_t n, float* k_out, float* v_out) const {
+    gather_fp(layer, seq, kv_head, n, k_out, v_out);
+  }
 
   // Accounting.
-  int64_t capacity_tokens() const { return int64_t(alloc_.n_blocks()) * spec_.block_tokens; }
-  int64_t free_tokens() const { return int64_t(alloc_.n_free()) * spec_.block_tokens; }
-  int64_t bytes_per_token() const;  // K and V over all layers and heads
-  int64_t bytes_used(SeqId seq) const;  // bytes held by the sequence's tokens (not whole pages)
-  int64_t bytes_allocated() const;  // the whole pool
+  int64_t capacity_tokens() const { return int64_t(fp_alloc_.n_blocks()) * spec_.block_tokens; }
+  int64_t free_tokens() const { return int64_t(fp_alloc_.n_free()) * spec_.block_tokens; }
+  int64_t bytes_per_token() const;       // fp K and V over all layers and heads
+  int64_t bytes_used(SeqId seq) const;   // bytes the sequence's segments hold (codes, scales, fp rows)
+  double bits_per_element(SeqId seq) const;
+  int64_t bytes_allocated() const;       // both pools
+  int64_t history_tokens(SeqId seq) const;
 
  private:
   struct Sequence {
-    std::vector<int32_t> blocks;
+    std::vector<int32_t> blocks;    // fp pages by token / block_tokens; −1 once released
+    std::vector<int32_t> q_blocks;  // history pages by (token − sink) / history block_tokens
     int64_t length = 0;
+    int64_t demoted_end = 0;        // history rows [sink, demoted_end) are quantized (all layers at commit)
   };
   Sequence& seq_ref(SeqId seq);
   const Sequence& seq_ref(SeqId seq) const;
-  int64_t block_bytes() const;
+  int64_t fp_block_bytes() const;
+  int64_t q_block_bytes(bool key, int layer) const;
+  int history_block_tokens() const;
+  void release_all(Sequence& s);
 
   KvShape shape_;
   KvSpec spec_;
-  BlockAllocator alloc_;
-  std::vector<std::vector<uint8_t>> k_, v_;  // per layer
+  std::vector<HistoryFormat> k_formats_, v_formats_;  // per layer
+  BlockAllocator fp_alloc_, q_alloc_;
+  std::vector<std::vector<uint8_t>> k_, v_;    // fp pools per layer
+  std::vector<std::vector<uint8_t>> qk_, qv_;  // history pools per layer
   std::map<SeqId, Sequence> seqs_;
   SeqId next_id_ = 0;
 };

@@ -4,6 +4,8 @@
 
 #include "oscar/attention/attention.h"
 #include "oscar/core/error.h"
+#include "oscar/kv/history_formats.h"
+#include "oscar/model/rotation_absorb.h"
 #include "oscar/ops/activation.h"
 #include "oscar/ops/matmul.h"
 #include "oscar/ops/norm.h"
@@ -16,11 +18,39 @@ KvShape Transformer::kv_shape() const {
   return KvShape{config().n_layers, config().n_kv_heads, config().head_dim};
 }
 
+void Transformer::configure_kv(const KvSpec& spec, const RotationSet* rotations, bool absorb_v) {
+  OSCAR_CHECK(!rotation_.active(), "configure_kv called again after rotations were applied");
+  spec.validate();
+  const ModelConfig& c = config();
+  if (spec.rotation == KvRotation::calibrated && rotations == nullptr)
+    fail("KV type '{}' needs calibrated rotations (--rotations DIR|GGUF, made by `oscar calibrate`)", spec.mode);
+  if (spec.rotation == KvRotation::hadamard) rotation_ = KvRotator::hadamard(c.n_layers, c.head_dim);
+  if (spec.rotation == KvRotation::calibrated) {
+    if (rotations->head_dim != c.head_dim || int(rotations->layers.size()) != c.n_layers)
+      fail("rotations are for {} layers of head_dim {}, the model has {} layers of head_dim {}",
+           rotations->layers.size(), rotations->head_dim, c.n_layers, c.head_dim);
+    if (absorb_v) absorb_v_rotation(w_, *rotations);
+    rotation_ = KvRotator::calibrated(*rotations, absorb_v);
+  }
+  kv_spec_ = spec;
+  if (spec.quantized()) {
+    auto [kf, vf] = make_history_formats(spec, kv_shape(), spec.rotation == KvRotation::calibrated ? rotations : nullptr);
+    k_formats_ = std::move(kf);
+    v_formats_ = std::move(vf);
+  }
+}
+
+KvCache Transformer::make_cache(int64_t capacity_tokens) const {
+  return KvCache(kv_shape(), kv_spec_, capacity_tokens, k_formats_, v_formats_);
+}
+
 void Transformer::forward(KvCache& cache, SeqId seq, std::span<const int32_t> tokens, LogitsFor which,
                           std::vector<float>& logits) {
   const ModelConfig& c = config();
   const int64_t n = int64_t(tokens.size()), E = c.n_embd;
   OSCAR_CHECK(n > 0, "forward needs at least one token");
+  if (cache.spec().rotation != kv_spec_.rotation)
+    fail("KV cache of type '{}' does not match the model's configured KV type '{}'", cache.spec().mode, kv_spec_.mode);
   const int64_t pos0 = cache.length(seq);
   if (!cache.reserve(seq, n))
     fail("KV cache full: sequence at {} tokens cannot take {} more ({} tokens free)", pos0, n, cache.free_tokens());
@@ -74,7 +104,14 @@ void Transformer::attention_block(KvCache& cache, SeqId seq, int layer, int64_t 
     rope_apply(rope_, qt, c.n_heads, int(hd), pos0 + t);
     rope_apply(rope_, kt, c.n_kv_heads, int(hd), pos0 + t);
   }
+  if (observer_) observer_->on_attention_inputs(layer, n, q_.data(), k_.data(), v_.data());
+  if (rotation_.active()) {
+    rotation_.rotate_k(layer, q_.data(), n * c.n_heads);  // q·R_K keeps scores: (qR)(kR)ᵀ = qkᵀ
+    rotation_.rotate_k(layer, k_.data(), n * c.n_kv_heads);
+    rotation_.rotate_v(layer, v_.data(), n * c.n_kv_heads);
+  }
   cache.write(layer, seq, pos0, n, k_.data(), v_.data());
+  cache.demote(layer, seq, pos0 + n);
 
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim};
   if (n == 1) {
@@ -82,6 +119,7 @@ void Transformer::attention_block(KvCache& cache, SeqId seq, int layer, int64_t 
   } else {
     attention_prefill(shape, cache, layer, seq, q_.data(), n, pos0, att_.data());
   }
+  if (rotation_.active()) rotation_.unrotate_o(layer, att_.data(), n * c.n_heads);
   matmul(att_.data(), l.wo.data(), nullptr, proj_.data(), n, qd, E);
   add_inplace(x_.data(), proj_.data(), n * E);
 }

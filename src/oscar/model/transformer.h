@@ -6,13 +6,25 @@
 #include <span>
 #include <vector>
 
+#include <optional>
+
 #include "oscar/kv/kv_cache.h"
+#include "oscar/kv/rotation_set.h"
+#include "oscar/model/kv_rotation.h"
 #include "oscar/model/model_weights.h"
 #include "oscar/ops/rope.h"
 
 namespace oscar {
 
 enum class LogitsFor { last, all };
+
+// Sees the attention inputs of every layer after RoPE (and q/k norm), before any KV
+// rotation: what calibration accumulates. q: [n, n_heads, d]; k, v: [n, n_kv_heads, d].
+class ForwardObserver {
+ public:
+  virtual ~ForwardObserver() = default;
+  virtual void on_attention_inputs(int layer, int64_t n, const float* q, const float* k, const float* v) = 0;
+};
 
 class Transformer {
  public:
@@ -21,6 +33,15 @@ class Transformer {
   const ModelConfig& config() const { return w_.config; }
   const ModelWeights& weights() const { return w_; }
   KvShape kv_shape() const;
+
+  // Chooses the KV format: rotations (Hadamard, or a calibrated set whose R_V is then
+  // absorbed into W_v / W_o unless absorb_v is false) and the per-layer history formats.
+  // Call once, before any forward pass. Throws oscar::Error on a mismatch.
+  void configure_kv(const KvSpec& spec, const RotationSet* rotations = nullptr, bool absorb_v = true);
+  const KvSpec& kv_spec() const { return kv_spec_; }
+  // A cache in the configured format for `capacity_tokens` tokens.
+  KvCache make_cache(int64_t capacity_tokens) const;
+  void set_observer(ForwardObserver* obs) { observer_ = obs; }
 
   // Runs `tokens` at positions cache.length(seq) ... for sequence `seq`; reserves pages
   // (throws oscar::Error when the cache is full) and commits the tokens.
@@ -34,6 +55,10 @@ class Transformer {
 
   ModelWeights w_;
   RopeFreqs rope_;
+  KvSpec kv_spec_;
+  KvRotator rotation_;
+  std::vector<HistoryFormat> k_formats_, v_formats_;
+  ForwardObserver* observer_ = nullptr;
   // Scratch, sized for the largest batch seen so far.
   std::vector<float> x_, h_, q_, k_, v_, att_, proj_, gate_, up_;
 };

@@ -221,7 +221,12 @@ std::vector<std::string> read_merges(const json& model, const std::string& file)
   for (size_t i = 0; i < merges->size(); ++i) {
     const json& m = (*merges)[i];
     if (m.is_string()) {
-      out.push_back(m.get<std::string>());
+      std::string text = m.get<std::string>();
+      const size_t sp = text.find(' ', 1);
+      if (sp == std::string::npos || sp + 1 == text.size()) {
+        fail("{}: model.merges[{}] = {} is not \"left right\"", file, i, brief(m));
+      }
+      out.push_back(std::move(text));
       continue;
     }
     // The newer form: ["left", "right"]. Byte-level tokens hold no raw space, so

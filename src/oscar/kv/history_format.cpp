@@ -1,0 +1,115 @@
+// Binds each history format to its codec (quant_codec, lloyd_max, kivi_codec).
+#include "oscar/kv/history_format.h"
+
+#include <vector>
+
+#include "oscar/core/error.h"
+#include "oscar/kv/kivi_codec.h"
+#include "oscar/kv/lloyd_max.h"
+#include "oscar/kv/quant_codec.h"
+
+namespace oscar {
+
+namespace {
+QuantParams row_params(const HistoryFormat& f) {
+  QuantParams p;
+  p.head_dim = f.head_dim;
+  p.group = f.group;
+  p.clip_ratio = f.clip;
+  p.bits = f.quant == KvQuant::int8 ? 8 : f.quant == KvQuant::int4 ? 4 : 2;
+  return p;
+}
+
+KiviKeyParams kivi_params(const HistoryFormat& f) {
+  KiviKeyParams p;
+  p.bits = 2;
+  p.head_dim = f.head_dim;
+  p.block_tokens = f.block_tokens;
+  return p;
+}
+
+bool exact_centroids(const HistoryFormat& f) { return f.quant == KvQuant::int2_lloyd_max_exact; }
+
+// KIVI keys are quantized per channel over a whole block; rows are read from a
+// dequantized copy of the block, cached per thread (attention walks blocks in order).
+const float* kivi_block_rows(const HistoryFormat& f, const uint8_t* block) {
+  thread_local const uint8_t* cached_block = nullptr;
+  thread_local std::vector<float> rows;
+  thread_local size_t cached_size = 0;
+  const size_t n = size_t(f.block_tokens) * size_t(f.head_dim);
+  if (cached_block != block || cached_size != n) {
+    rows.resize(n);
+    kivi_dequantize_key_block(kivi_params(f), block, rows.data());
+    cached_block = block;
+    cached_size = n;
+  }
+  return rows.data();
+}
+}  // namespace
+
+
+size_t HistoryFormat::block_bytes() const {
+  if (per_channel) return kivi_key_block_bytes(kivi_params(*this));
+  return size_t(block_tokens) * quant_row_bytes(row_params(*this));
+}
+
+double HistoryFormat::bits_per_element() const {
+  if (per_channel) return kivi_key_bits_per_element(kivi_params(*this));
+  return oscar::bits_per_element(row_params(*this));
+}
+
+void history_store(const HistoryFormat& f, uint8_t* block, int row0, int n, const float* rows) {
+  if (f.per_channel) {
+    OSCAR_CHECK(row0 == 0 && n == f.block_tokens, "per-channel history stores whole blocks ({} rows at {})", n, row0);
+    kivi_quantize_key_block(kivi_params(f), rows, block);
+    return;
+  }
+  const QuantParams p = row_params(f);
+  const size_t rb = quant_row_bytes(p);
+  for (int i = 0; i < n; ++i) {
+    const float* x = rows + int64_t(i) * f.head_dim;
+    uint8_t* out = block + size_t(row0 + i) * rb;
+    if (f.quant == KvQuant::int2_lloyd_max) {
+      quantize_row_lloyd_max_approx(p, x, out);  // stored in the uniform format
+    } else if (exact_centroids(f)) {
+      quantize_row_lloyd_max_exact(p, x, out);
+    } else {
+      quantize_row(p, x, out);
+    }
+  }
+}
+
+void history_load(const HistoryFormat& f, const uint8_t* block, int row, float* out) {
+  if (f.per_channel) {
+    const float* r = kivi_block_rows(f, block) + int64_t(row) * f.head_dim;
+    std::copy(r, r + f.head_dim, out);
+    return;
+  }
+  const QuantParams p = row_params(f);
+  const uint8_t* in = block + size_t(row) * quant_row_bytes(p);
+  if (exact_centroids(f)) return dequantize_row_lloyd_max_exact(p, in, out);
+  dequantize_row(p, in, out);
+}
+
+float history_dot(const HistoryFormat& f, const uint8_t* block, int row, const float* q) {
+  if (f.per_channel) {
+    const float* r = kivi_block_rows(f, block) + int64_t(row) * f.head_dim;
+    float acc = 0.0f;
+    for (int c = 0; c < f.head_dim; ++c) acc += q[c] * r[c];
+    return acc;
+  }
+  const QuantParams p = row_params(f);
+  const uint8_t* in = block + size_t(row) * quant_row_bytes(p);
+  if (exact_centroids(f)) return dot_row_lloyd_max_exact(p, q, in);
+  return dot_row(p, q, in);
+}
+
+void history_axpy(const HistoryFormat& f, const uint8_t* block, int row, float a, float* acc) {
+  OSCAR_CHECK(!f.per_channel, "per-channel formats hold keys only");
+  const QuantParams p = row_params(f);
+  const uint8_t* in = block + size_t(row) * quant_row_bytes(p);
+  if (exact_centroids(f)) return axpy_row_lloyd_max_exact(p, a, in, acc);
+  axpy_row(p, a, in, acc);
+}
+
+}  // namespace oscar

@@ -1,0 +1,17 @@
+// Per-layer history formats for a KV spec: group clamped to head_dim, clip ratios from
+// the spec or, when a calibrated rotation set is given, from its per-layer values.
+#pragma once
+#include <utility>
+#include <vector>
+
+#include "oscar/kv/history_format.h"
+#include "oscar/kv/kv_spec.h"
+#include "oscar/kv/rotation_set.h"
+
+namespace oscar {
+
+std::pair<std::vector<HistoryFormat>, std::vector<HistoryFormat>> make_history_formats(const KvSpec& spec,
+                                                                                       const KvShape& shape,
+                                                                                       const RotationSet* rs);
+
+}  // namespace oscar

@@ -1,0 +1,38 @@
+// What the model does to q, k, v and the attention output for a KV format's rotation:
+// keys (and the query, so scores are unchanged) are rotated by R_K after RoPE; values by
+// R_V, unless R_V was absorbed into W_v / W_o at load, in which case v comes out of the
+// projection already rotated and the output needs no un-rotation.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "oscar/kv/kv_spec.h"
+#include "oscar/kv/rotation_set.h"
+
+namespace oscar {
+
+class KvRotator {
+ public:
+  KvRotator() = default;  // none
+  static KvRotator hadamard(int n_layers, int head_dim);
+  // v_absorbed: the model's W_v / W_o already carry R_V (see absorb_v_rotation).
+  static KvRotator calibrated(const RotationSet& rs, bool v_absorbed);
+
+  bool active() const { return kind_ != Kind::none; }
+  bool v_absorbed() const { return v_absorbed_; }
+
+  // x: [n_rows, head_dim] in place.
+  void rotate_k(int layer, float* x, int64_t n_rows) const;    // x ← x·R_K (queries too)
+  void rotate_v(int layer, float* x, int64_t n_rows) const;    // x ← x·R_V (no-op when absorbed)
+  void unrotate_o(int layer, float* x, int64_t n_rows) const;  // x ← x·R_Vᵀ (no-op when absorbed)
+
+ private:
+  enum class Kind { none, hadamard, matrices };
+  Kind kind_ = Kind::none;
+  bool v_absorbed_ = false;
+  int head_dim_ = 0;
+  std::vector<std::vector<float>> rk_, rv_, rv_t_;  // per layer [d, d]; empty: identity
+};
+
+}  // namespace oscar
