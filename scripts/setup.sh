@@ -79,6 +79,9 @@ if [[ ! -f "$smol" ]] || ! echo "$smol_sha  $smol" | sha256sum -c --quiet - 2>/d
 fi
 echo "[setup] default model: $smol"
 
+# Calibration and evaluation texts (two different public-domain novels from a Debian package).
+bash "$here/fetch-texts.sh"
+
 if [[ $want_qwen == 1 ]]; then
   bash "$here/fetch-qwen.sh"
 fi

@@ -1,10 +1,8 @@
 #include "common.h"
-#include "oscar/core/error.h"
+#include "oscar/kv/rotation_io.h"
 
 namespace oscar::cli {
 
-RotationSet load_rotations(const std::string& path) {
-  fail("--rotations '{}': reading rotation files is not built yet", path);
-}
+RotationSet load_rotations(const std::string& path) { return read_rotation_dir(path); }
 
 }  // namespace oscar::cli

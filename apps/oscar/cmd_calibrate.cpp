@@ -1,0 +1,159 @@
+// oscar calibrate: stream a model over calibration text, accumulate the attention-aware
+// covariances per layer in float64 (pass 1: Σ_Q, Σ_K, Σ_V; pass 2: score-weighted Σ_V
+// with the frozen C_Q,h), fit R = eigvec · Hadamard · bit-reversal permutation, and write
+// RotationZoo files plus a JSON manifest.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "commands.h"
+#include "common.h"
+#include "oscar/calib/rotation_fit.h"
+#include "oscar/core/error.h"
+#include "oscar/kv/rotation_io.h"
+
+namespace oscar::cli {
+
+namespace {
+struct CalibrateOptions {
+  ModelOptions model;
+  std::string text_file;
+  std::string out_dir;
+  int64_t tokens = 20000;
+  int prompts = 40;
+  int group = 128;
+  int sink = 64, recent = 256;
+  std::string k_objective = "qqt_r_h_pbr";
+  std::string v_objective = "sst_r_h_pbr";
+};
+
+// Feeds each layer's attention inputs to its accumulator (pass 1 or pass 2).
+class CovarianceObserver : public ForwardObserver {
+ public:
+  CovarianceObserver(std::vector<CovarianceAccumulator>& acc, int pass) : acc_(acc), pass_(pass) {}
+  void on_attention_inputs(int layer, int64_t n, const float* q, const float* k, const float* v) override {
+    if (pass_ == 1) {
+      acc_[size_t(layer)].add_pass1(q, k, v, n);
+    } else {
+      acc_[size_t(layer)].add_pass2(k, v, n);
+    }
+  }
+
+ private:
+  std::vector<CovarianceAccumulator>& acc_;
+  int pass_;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read calibration text '{}'", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void progress(const char* what, int done, int total, double secs) {
+  const int width = 30, filled = total ? width * done / total : width;
+  fmt::print(stderr, "\r{} [{}{}] {}/{} prompts, {:.1f} s", what, std::string(size_t(filled), '#'),
+             std::string(size_t(width - filled), '.'), done, total, secs);
+  if (done == total) fmt::print(stderr, "\n");
+}
+
+int calibrate(const CalibrateOptions& o) {
+  const auto t_start = std::chrono::steady_clock::now();
+  for (const std::string* obj : {&o.k_objective, &o.v_objective}) split_objective(*obj);  // validates names
+  if (o.prompts <= 0 || o.tokens < o.prompts) fail("--tokens {} must be at least --prompts {}", o.tokens, o.prompts);
+  ModelOptions mo = o.model;
+  mo.kv = "bf16";  // calibration sees the model's own (unquantized) attention inputs
+  mo.k_clip.reset();
+  mo.v_clip.reset();
+  LoadedModel m = load_model(mo);
+  const ModelConfig& c = m.transformer->config();
+  const std::vector<int32_t> ids = m.tokenizer->encode(read_text(o.text_file), false, false);
+  const int64_t n_used = std::min<int64_t>(o.tokens, int64_t(ids.size()));
+  const int64_t per_prompt = n_used / o.prompts;
+  if (per_prompt < 2) fail("calibration text '{}' has only {} tokens for {} prompts", o.text_file, ids.size(), o.prompts);
+  fmt::print(stderr, "calibrating {} on {} tokens ({} prompts of {}) from {}\n", c.name, per_prompt * o.prompts,
+             o.prompts, per_prompt, o.text_file);
+
+  std::vector<CovarianceAccumulator> acc;
+  for (int l = 0; l < c.n_layers; ++l) acc.emplace_back(c.n_heads, c.n_kv_heads, c.head_dim);
+  const bool need_pass2 = split_objective(o.v_objective).first == "sst" || split_objective(o.k_objective).first == "sst";
+  for (int pass = 1; pass <= (need_pass2 ? 2 : 1); ++pass) {
+    CovarianceObserver obs(acc, pass);
+    m.transformer->set_observer(&obs);
+    KvCache cache = m.transformer->make_cache(per_prompt);
+    const SeqId seq = cache.add_sequence();
+    std::vector<float> logits;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int p = 0; p < o.prompts; ++p) {
+      cache.clear_sequence(seq);
+      const std::span<const int32_t> prompt(ids.data() + int64_t(p) * per_prompt, size_t(per_prompt));
+      m.transformer->forward(cache, seq, prompt, LogitsFor::last, logits);
+      progress(pass == 1 ? "pass 1 (q, k, v)" : "pass 2 (sst)    ", p + 1, o.prompts, seconds_since(t0));
+    }
+    m.transformer->set_observer(nullptr);
+    if (pass == 1)
+      for (auto& a : acc) a.freeze_query_covariance();
+  }
+
+  RotationSet rs;
+  rs.head_dim = c.head_dim;
+  rs.group_size = std::min(o.group, c.head_dim);
+  rs.sink_tokens = o.sink;
+  rs.recent_tokens = o.recent;
+  rs.k_objective = o.k_objective;
+  rs.v_objective = o.v_objective;
+  nlohmann::json spectra = nlohmann::json::array();
+  for (int l = 0; l < c.n_layers; ++l) {
+    const auto [k_src, k_comp] = split_objective(o.k_objective);
+    const auto [v_src, v_comp] = split_objective(o.v_objective);
+    const FittedRotation fk = fit_rotation(acc[size_t(l)].objective(k_src), k_comp);
+    const FittedRotation fv = fit_rotation(acc[size_t(l)].objective(v_src), v_comp);
+    LayerRotation lr;
+    lr.layer = l;
+    lr.k_rotation = fk.rotation;
+    lr.v_rotation = fv.rotation;
+    lr.k_eigenvalues = fk.eigenvalues;
+    lr.v_eigenvalues = fv.eigenvalues;
+    lr.k_clip = o.model.k_clip.value_or(0.96f);  // --k-clip / --v-clip; the published recipe by default
+    lr.v_clip = o.model.v_clip.value_or(0.92f);
+    rs.layers.push_back(std::move(lr));
+    spectra.push_back({{"layer", l}, {"k", fk.eigenvalues}, {"v", fv.eigenvalues}});
+  }
+  rs.validate();
+  nlohmann::json extra = {{"model", c.name},
+                          {"model_file", std::filesystem::path(o.model.model).filename().string()},
+                          {"calibration_text", o.text_file},
+                          {"tokens", per_prompt * o.prompts},
+                          {"prompts", o.prompts},
+                          {"tokens_per_prompt", per_prompt},
+                          {"eigenvalue_spectra", spectra},
+                          {"seconds", seconds_since(t_start)}};
+  write_rotation_dir(rs, o.out_dir, extra);
+  fmt::print(stderr, "wrote {} layers of rotations ({}, {}) to {} in {:.1f} s\n", c.n_layers, o.k_objective,
+             o.v_objective, o.out_dir, seconds_since(t_start));
+  return 0;
+}
+}  // namespace
+
+void add_calibrate_command(CLI::App& app) {
+  auto o = std::make_shared<CalibrateOptions>();
+  CLI::App* cmd = app.add_subcommand("calibrate", "fit OSCAR rotations for a model on calibration text");
+  add_model_options(*cmd, o->model, false);
+  cmd->add_option("-f,--file", o->text_file, "calibration text (never the evaluation text)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-o,--out", o->out_dir, "output directory (RotationZoo .pt files + manifest.json)")->required();
+  cmd->add_option("--tokens", o->tokens, "calibration tokens")->check(CLI::Range(int64_t(2), int64_t(1) << 30));
+  cmd->add_option("--prompts", o->prompts, "number of prompts the tokens are cut into")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--group", o->group, "quant group along head_dim recorded with the rotations");
+  cmd->add_option("--sink", o->sink, "BF16 sink tokens recorded with the rotations");
+  cmd->add_option("--recent", o->recent, "BF16 recent tokens recorded with the rotations");
+  cmd->add_option("--k-objective", o->k_objective, "key objective: <ktk|qqt|vtv|sst>_<composition>");
+  cmd->add_option("--v-objective", o->v_objective, "value objective");
+  cmd->callback([o] { calibrate(*o); });
+}
+
+}  // namespace oscar::cli
