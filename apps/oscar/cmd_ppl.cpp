@@ -48,6 +48,8 @@ int ppl(const PplOptions& o) {
   const double secs = seconds_since(t1);
   fmt::print("\nFinal estimate: PPL over {} chunks for n_ctx={} = {:.4f} +/- {:.5f}\n", r.n_chunks, r.n_ctx, r.ppl,
              r.ppl_stderr);
+  fmt::print("KV cache bits per element at {} tokens: {:.3f} ({}, {} per sequence)\n", r.n_ctx, r.kv_bits_per_element,
+             m.transformer->kv_spec().name(), format_bytes(r.kv_bytes));
   fmt::print(stderr, "evaluated {} tokens in {:.2f} s ({:.1f} tokens/s)\n", int64_t(r.n_chunks) * r.n_ctx, secs,
              double(r.n_chunks) * r.n_ctx / std::max(secs, 1e-9));
   return 0;

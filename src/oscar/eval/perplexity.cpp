@@ -45,6 +45,8 @@ PerplexityResult perplexity(Transformer& model, std::span<const int32_t> tokens,
     if (opt.bos_id >= 0) chunk[0] = opt.bos_id;
     cache.clear_sequence(seq);
     model.forward(cache, seq, chunk, LogitsFor::all, logits);
+    r.kv_bits_per_element = cache.bits_per_element(seq);
+    r.kv_bytes = cache.bytes_used(seq);
     NllStats chunk_stats;
     for (int j = N / 2; j <= N - 2; ++j) {
       const double nll = token_nll(std::span<const float>(logits.data() + int64_t(j) * n_vocab, size_t(n_vocab)),

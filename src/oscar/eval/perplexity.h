@@ -27,6 +27,8 @@ struct PerplexityResult {
   double ppl = 0.0;
   double ppl_stderr = 0.0;
   std::vector<double> chunk_mean_nll;  // per chunk
+  double kv_bits_per_element = 0.0;    // the cache's effective bits per K/V element at n_ctx tokens
+  int64_t kv_bytes = 0;                // and its size in bytes (one sequence of n_ctx tokens)
 };
 
 // Running statistics of per-token negative log-likelihoods.
