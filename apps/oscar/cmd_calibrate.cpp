@@ -30,21 +30,36 @@ struct CalibrateOptions {
   std::string v_objective = "sst_r_h_pbr";
 };
 
-// Feeds each layer's attention inputs to its accumulator (pass 1 or pass 2).
+// Pass 1: feeds each layer's q, k, v to its accumulator and keeps k and v, so that
+// pass 2 (which needs the final C_Q,h) replays them instead of running the model
+// again: the same inputs at half the cost, for tokens · layers · 2 · kv_dim floats.
 class CovarianceObserver : public ForwardObserver {
  public:
-  CovarianceObserver(std::vector<CovarianceAccumulator>& acc, int pass) : acc_(acc), pass_(pass) {}
+  explicit CovarianceObserver(std::vector<CovarianceAccumulator>& acc, bool keep_kv)
+      : acc_(acc), keep_kv_(keep_kv), k_(acc.size()), v_(acc.size()) {}
   void on_attention_inputs(int layer, int64_t n, const float* q, const float* k, const float* v) override {
-    if (pass_ == 1) {
-      acc_[size_t(layer)].add_pass1(q, k, v, n);
-    } else {
-      acc_[size_t(layer)].add_pass2(k, v, n);
+    CovarianceAccumulator& a = acc_[size_t(layer)];
+    a.add_pass1(q, k, v, n);
+    if (keep_kv_) {
+      const int64_t len = n * a.n_kv_heads * a.head_dim;
+      k_[size_t(layer)].insert(k_[size_t(layer)].end(), k, k + len);
+      v_[size_t(layer)].insert(v_[size_t(layer)].end(), v, v + len);
+    }
+  }
+  void replay_pass2() {
+    for (size_t l = 0; l < acc_.size(); ++l) {
+      CovarianceAccumulator& a = acc_[l];
+      const int64_t n = int64_t(k_[l].size()) / (int64_t(a.n_kv_heads) * a.head_dim);
+      a.add_pass2(k_[l].data(), v_[l].data(), n);
+      std::vector<float>().swap(k_[l]);
+      std::vector<float>().swap(v_[l]);
     }
   }
 
  private:
   std::vector<CovarianceAccumulator>& acc_;
-  int pass_;
+  bool keep_kv_;
+  std::vector<std::vector<float>> k_, v_;  // per layer [tokens, n_kv_heads, head_dim]
 };
 
 std::string read_text(const std::string& path) {
@@ -82,22 +97,24 @@ int calibrate(const CalibrateOptions& o) {
   std::vector<CovarianceAccumulator> acc;
   for (int l = 0; l < c.n_layers; ++l) acc.emplace_back(c.n_heads, c.n_kv_heads, c.head_dim);
   const bool need_pass2 = split_objective(o.v_objective).first == "sst" || split_objective(o.k_objective).first == "sst";
-  for (int pass = 1; pass <= (need_pass2 ? 2 : 1); ++pass) {
-    CovarianceObserver obs(acc, pass);
-    m.transformer->set_observer(&obs);
-    KvCache cache = m.transformer->make_cache(per_prompt);
-    const SeqId seq = cache.add_sequence();
-    std::vector<float> logits;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int p = 0; p < o.prompts; ++p) {
-      cache.clear_sequence(seq);
-      const std::span<const int32_t> prompt(ids.data() + int64_t(p) * per_prompt, size_t(per_prompt));
-      m.transformer->forward(cache, seq, prompt, LogitsFor::last, logits);
-      progress(pass == 1 ? "pass 1 (q, k, v)" : "pass 2 (sst)    ", p + 1, o.prompts, seconds_since(t0));
-    }
-    m.transformer->set_observer(nullptr);
-    if (pass == 1)
-      for (auto& a : acc) a.freeze_query_covariance();
+  CovarianceObserver obs(acc, need_pass2);
+  m.transformer->set_observer(&obs);
+  KvCache cache = m.transformer->make_cache(per_prompt);
+  const SeqId seq = cache.add_sequence();
+  std::vector<float> logits;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int p = 0; p < o.prompts; ++p) {
+    cache.clear_sequence(seq);
+    const std::span<const int32_t> prompt(ids.data() + int64_t(p) * per_prompt, size_t(per_prompt));
+    m.transformer->forward(cache, seq, prompt, LogitsFor::last, logits);
+    progress("forward (q, k, v)", p + 1, o.prompts, seconds_since(t0));
+  }
+  m.transformer->set_observer(nullptr);
+  for (auto& a : acc) a.freeze_query_covariance();
+  if (need_pass2) {
+    const auto t1 = std::chrono::steady_clock::now();
+    obs.replay_pass2();
+    fmt::print(stderr, "pass 2 (score-weighted values) from the kept K/V in {:.1f} s\n", seconds_since(t1));
   }
 
   RotationSet rs;
