@@ -43,7 +43,8 @@ void load_row(const KvSeqView& kv, bool key, int kvh, int64_t t, float* out) {
   if (kv.in_history(t)) {
     int row = 0;
     const HistoryFormat& f = key ? *kv.k_format : *kv.v_format;
-    history_load(f, kv.history_block(key ? kv.qk_pool : kv.qv_pool, f, kvh, t, &row), row, out);
+    const uint8_t* block = kv.history_block(key ? kv.qk_pool : kv.qv_pool, f, kvh, t, &row);  // sets row first
+    history_load(f, block, row, out);
     return;
   }
   const uint8_t* p = (key ? kv.k_pool : kv.v_pool) + kv.row_offset(kvh, t);

@@ -1,8 +1,6 @@
 // Binds each history format to its codec (quant_codec, lloyd_max, kivi_codec).
 #include "oscar/kv/history_format.h"
 
-#include <vector>
-
 #include "oscar/core/error.h"
 #include "oscar/kv/kivi_codec.h"
 #include "oscar/kv/lloyd_max.h"
@@ -30,21 +28,6 @@ KiviKeyParams kivi_params(const HistoryFormat& f) {
 
 bool exact_centroids(const HistoryFormat& f) { return f.quant == KvQuant::int2_lloyd_max_exact; }
 
-// KIVI keys are quantized per channel over a whole block; rows are read from a
-// dequantized copy of the block, cached per thread (attention walks blocks in order).
-const float* kivi_block_rows(const HistoryFormat& f, const uint8_t* block) {
-  thread_local const uint8_t* cached_block = nullptr;
-  thread_local std::vector<float> rows;
-  thread_local size_t cached_size = 0;
-  const size_t n = size_t(f.block_tokens) * size_t(f.head_dim);
-  if (cached_block != block || cached_size != n) {
-    rows.resize(n);
-    kivi_dequantize_key_block(kivi_params(f), block, rows.data());
-    cached_block = block;
-    cached_size = n;
-  }
-  return rows.data();
-}
 }  // namespace
 
 
@@ -80,11 +63,7 @@ void history_store(const HistoryFormat& f, uint8_t* block, int row0, int n, cons
 }
 
 void history_load(const HistoryFormat& f, const uint8_t* block, int row, float* out) {
-  if (f.per_channel) {
-    const float* r = kivi_block_rows(f, block) + int64_t(row) * f.head_dim;
-    std::copy(r, r + f.head_dim, out);
-    return;
-  }
+  if (f.per_channel) return kivi_dequantize_key_row(kivi_params(f), block, row, out);
   const QuantParams p = row_params(f);
   const uint8_t* in = block + size_t(row) * quant_row_bytes(p);
   if (exact_centroids(f)) return dequantize_row_lloyd_max_exact(p, in, out);
@@ -92,8 +71,9 @@ void history_load(const HistoryFormat& f, const uint8_t* block, int row, float* 
 }
 
 float history_dot(const HistoryFormat& f, const uint8_t* block, int row, const float* q) {
-  if (f.per_channel) {
-    const float* r = kivi_block_rows(f, block) + int64_t(row) * f.head_dim;
+  if (f.per_channel) {  // KIVI keys: a baseline, read row by row without a fast kernel
+    float r[kQuantMaxHeadDim];
+    kivi_dequantize_key_row(kivi_params(f), block, row, r);
     float acc = 0.0f;
     for (int c = 0; c < f.head_dim; ++c) acc += q[c] * r[c];
     return acc;

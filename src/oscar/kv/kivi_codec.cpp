@@ -72,6 +72,16 @@ void kivi_dequantize_key_block(const KiviKeyParams& p, const uint8_t* in, float*
   }
 }
 
+void kivi_dequantize_key_row(const KiviKeyParams& p, const uint8_t* in, int t, float* k) {
+  const int d = p.head_dim;
+  uint8_t codes[kQuantMaxHeadDim];
+  unpack_codes(p.bits, d, in + size_t(t) * kivi_key_row_code_bytes(p), codes);
+  for (int c = 0; c < d; ++c) {
+    const QuantGroupParams gp = load_channel(p, in, c);
+    k[c] = (float(codes[c]) - fp16_to_f32(gp.zero)) * fp16_to_f32(gp.scale);
+  }
+}
+
 void kivi_dot_key_block_ref(const KiviKeyParams& p, const float* q, const uint8_t* block, float* scores) {
   const int T = p.block_tokens, d = p.head_dim;
   std::vector<float> k(static_cast<size_t>(T) * static_cast<size_t>(d));

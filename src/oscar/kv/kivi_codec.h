@@ -37,6 +37,8 @@ double kivi_bits_per_element(const KiviKeyParams& p, int value_group);
 void kivi_quantize_key_block(const KiviKeyParams& p, const float* k, uint8_t* out);
 // in → k: [T, d] f32.
 void kivi_dequantize_key_block(const KiviKeyParams& p, const uint8_t* in, float* k);
+// Row t of a block only (the same values as the block version gives for that row).
+void kivi_dequantize_key_row(const KiviKeyParams& p, const uint8_t* in, int t, float* k);
 
 // scores[t] = q · k̂_t for the T tokens of a block. The fast path folds the channel scales
 // into the query once per block: q·k̂_t = Σ_c (q_c·s_c)·code_tc − Σ_c q_c·s_c·z_c.

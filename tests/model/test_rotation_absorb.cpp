@@ -1,0 +1,136 @@
+// R_V absorbed into W_v / W_o at load must give the same logits as rotating v and
+// un-rotating the attention output at run time, and both must equal the unrotated
+// model: with an f32 KV cache and no quantization a calibrated rotation is exact
+// (scores keep q·kᵀ, the output gets R_V·R_Vᵀ = I). A tiny random model, built in code.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "../mixed_cache_util.h"
+#include "../test_util.h"
+#include "oscar/model/transformer.h"
+
+namespace oscar {
+namespace {
+
+ModelWeights tiny_model(bool qwen2_bias, uint64_t seed) {
+  ModelWeights w;
+  ModelConfig& c = w.config;
+  c.arch = qwen2_bias ? Arch::qwen2 : Arch::llama;
+  c.name = "tiny";
+  c.n_layers = 2;
+  c.n_embd = 64;
+  c.n_ff = 96;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 16;
+  c.n_vocab = 50;
+  c.n_ctx_train = 256;
+  c.rope_style = RopeStyle::neox;
+  c.qkv_bias = qwen2_bias;
+  c.validate();
+  const size_t E = 64, F = 96, V = 50, qd = 4 * 16, kvd = 2 * 16;
+  auto rnd = [&](size_t n, float a) { return test::random_vector(n, seed++, -a, a); };
+  w.token_embd = rnd(V * E, 1.0f);
+  w.output_norm = rnd(E, 0.2f);
+  for (float& x : w.output_norm) x += 1.0f;
+  w.output = rnd(V * E, 0.3f);
+  for (int l = 0; l < c.n_layers; ++l) {
+    LayerWeights lw;
+    lw.attn_norm = rnd(E, 0.2f);
+    lw.ffn_norm = rnd(E, 0.2f);
+    for (float& x : lw.attn_norm) x += 1.0f;
+    for (float& x : lw.ffn_norm) x += 1.0f;
+    lw.wq = rnd(qd * E, 0.4f);
+    lw.wk = rnd(kvd * E, 0.4f);
+    lw.wv = rnd(kvd * E, 0.4f);
+    lw.wo = rnd(E * qd, 0.2f);
+    if (qwen2_bias) {
+      lw.bq = rnd(qd, 0.3f);
+      lw.bk = rnd(kvd, 0.3f);
+      lw.bv = rnd(kvd, 0.3f);
+    }
+    lw.w_gate = rnd(F * E, 0.2f);
+    lw.w_up = rnd(F * E, 0.2f);
+    lw.w_down = rnd(E * F, 0.2f);
+    w.layers.push_back(std::move(lw));
+  }
+  return w;
+}
+
+// Random orthogonal K and V rotations per layer; `identity_k1`: layer 1 keeps an empty
+// (identity) K rotation, which the set allows.
+RotationSet random_rotations(int n_layers, int d, bool identity_k1, uint64_t seed) {
+  RotationSet rs;
+  rs.head_dim = d;
+  rs.group_size = d;
+  for (int l = 0; l < n_layers; ++l) {
+    LayerRotation lr;
+    lr.layer = l;
+    if (!(identity_k1 && l == 1)) lr.k_rotation = test::random_orthogonal(d, seed + uint64_t(2 * l));
+    lr.v_rotation = test::random_orthogonal(d, seed + uint64_t(2 * l + 1));
+    rs.layers.push_back(std::move(lr));
+  }
+  rs.validate();
+  return rs;
+}
+
+// Logits of a 21-token prefill (every position) followed by 6 decode steps.
+std::vector<float> run_logits(Transformer& m) {
+  const std::vector<int32_t> prompt = {1, 7, 42, 3, 3, 19, 0, 49, 25, 8, 13, 31, 2, 44, 17, 6, 9, 38, 21, 11, 5};
+  KvCache cache = m.make_cache(64);
+  const SeqId s = cache.add_sequence();
+  std::vector<float> all, logits;
+  m.forward(cache, s, prompt, LogitsFor::all, logits);
+  all.insert(all.end(), logits.begin(), logits.end());
+  for (int32_t tok : {4, 40, 12, 12, 30, 1}) {
+    const int32_t one[1] = {tok};
+    m.forward(cache, s, one, LogitsFor::last, logits);
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+KvSpec f32_spec(KvRotation rot) {
+  KvSpec spec;
+  spec.mode = rot == KvRotation::calibrated ? "f32-calibrated" : "f32";
+  spec.dtype = KvDtype::f32;
+  spec.quant = KvQuant::none;
+  spec.rotation = rot;
+  return spec;
+}
+
+TEST(RotationAbsorb, AbsorbedEqualsUnabsorbedEqualsUnrotated) {
+  for (bool bias : {false, true}) {
+    SCOPED_TRACE(bias ? "qwen2 (qkv bias)" : "llama");
+    const RotationSet rs = random_rotations(2, 16, bias, 77);
+
+    Transformer plain(tiny_model(bias, 5));
+    plain.configure_kv(f32_spec(KvRotation::none));
+    const std::vector<float> ref = run_logits(plain);
+
+    Transformer absorbed(tiny_model(bias, 5));
+    absorbed.configure_kv(f32_spec(KvRotation::calibrated), &rs, /*absorb_v=*/true);
+    const std::vector<float> got_abs = run_logits(absorbed);
+
+    Transformer runtime(tiny_model(bias, 5));
+    runtime.configure_kv(f32_spec(KvRotation::calibrated), &rs, /*absorb_v=*/false);
+    const std::vector<float> got_rt = run_logits(runtime);
+
+    ASSERT_EQ(got_abs.size(), ref.size());
+    ASSERT_EQ(got_rt.size(), ref.size());
+    // ≤ 1e-4 relative: max |Δ| over all logits against the largest logit.
+    EXPECT_LE(test::max_rel_error(got_abs.data(), got_rt.data(), ref.size()), 1e-4) << "absorbed vs run-time R_V";
+    EXPECT_LE(test::max_rel_error(got_abs.data(), ref.data(), ref.size()), 1e-4) << "absorbed vs unrotated";
+    EXPECT_LE(test::max_rel_error(got_rt.data(), ref.data(), ref.size()), 1e-4) << "run-time vs unrotated";
+    // Absorption really changed the weights (else the comparison above proves nothing).
+    const auto& wv0 = plain.weights().layers[0].wv;
+    const auto& wv1 = absorbed.weights().layers[0].wv;
+    EXPECT_GT(test::max_rel_error(wv1.data(), wv0.data(), wv0.size()), 0.1);
+    EXPECT_EQ(runtime.weights().layers[0].wv, wv0);
+  }
+}
+
+}  // namespace
+}  // namespace oscar
