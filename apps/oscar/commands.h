@@ -10,5 +10,6 @@ void add_ppl_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
+void add_rotations_command(CLI::App& app);
 
 }  // namespace oscar::cli

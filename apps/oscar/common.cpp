@@ -8,6 +8,7 @@
 #include "oscar/core/error.h"
 #include "oscar/core/thread_pool.h"
 #include "oscar/formats/gguf.h"
+#include "oscar/kv/rotation_gguf.h"
 #include "oscar/model/weight_source.h"
 #include "oscar/text/tokenizer_hf.h"
 
@@ -19,7 +20,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool with_ctx) {
   if (with_ctx) cmd.add_option("-c,--ctx-size", o.ctx, "KV cache size in tokens")->check(CLI::Range(8, 1 << 24));
   cmd.add_option("--kv", o.kv,
                  "KV cache type: bf16 | f32 | int8 | int4 | int2 | int2-hadamard | kivi2 | int2-oscar | int2-oscar-lloydmax");
-  cmd.add_option("--rotations", o.rotations, "OSCAR rotations: a directory written by `oscar calibrate`");
+  cmd.add_option("--rotations", o.rotations,
+                 "OSCAR rotations: a directory from `oscar calibrate`, or a GGUF with embedded rotations "
+                 "(default for int2-oscar: the model's own, if embedded)");
   cmd.add_option("--kv-group", o.kv_group, "quant group along head_dim (default 128, at most head_dim)");
   cmd.add_option("--kv-sink", o.kv_sink, "tokens kept BF16 at the start (default 64)");
   cmd.add_option("--kv-recent", o.kv_recent, "tokens kept BF16 at the end (default 256)");
@@ -57,6 +60,8 @@ LoadedModel load_model(const ModelOptions& o) {
   const KvSpec kv = kv_spec_from(o);  // flags first: fail before the slow part
   auto src = open_weight_source(o.model);
   std::string tmpl;
+  std::optional<RotationSet> rotations;
+  if (!o.rotations.empty()) rotations = load_rotations(o.rotations);
   if (std::filesystem::is_directory(o.model) || o.model.ends_with(".safetensors")) {
     const std::string dir =
         std::filesystem::is_directory(o.model) ? o.model : std::filesystem::path(o.model).parent_path().string();
@@ -66,12 +71,11 @@ LoadedModel load_model(const ModelOptions& o) {
     const gguf::GgufFile f = gguf::GgufFile::open(o.model);
     m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(f));
     tmpl = f.get_string("tokenizer.chat_template", "");
+    if (!rotations && kv.rotation == KvRotation::calibrated) rotations = read_embedded_rotations(f);
   }
   m.chat_template = detect_chat_template(tmpl, arch_name(src->config().arch));
   m.default_system = default_system_message(tmpl);
   m.transformer = std::make_unique<Transformer>(load_model_weights(*src));
-  std::optional<RotationSet> rotations;
-  if (!o.rotations.empty()) rotations = load_rotations(o.rotations);
   if (rotations && (o.k_clip || o.v_clip))
     for (LayerRotation& l : rotations->layers) {
       if (o.k_clip) l.k_clip = *o.k_clip;

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   oscar::cli::add_inspect_command(app);
   oscar::cli::add_bench_command(app);
   oscar::cli::add_calibrate_command(app);
+  oscar::cli::add_rotations_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

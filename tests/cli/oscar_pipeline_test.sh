@@ -31,5 +31,12 @@ expect() {  # description, python condition
 expect "int2-oscar < int2-hadamard" "${p[int2-oscar]:-0} < ${p[int2-hadamard]:-0}"
 expect "int2-hadamard < int2" "${p[int2-hadamard]:-0} < ${p[int2]:-0}"
 expect "bf16 <= int2-oscar" "${p[bf16]:-1e9} <= ${p[int2-oscar]:-0}"
+# The same rotations embedded in the GGUF give the same perplexity without --rotations.
+"$bin" rotations inspect "$tmp/rot" | tail -1
+"$bin" rotations embed -m "$OSCAR_MODEL" -r "$tmp/rot" -o "$tmp/model-oscar.gguf" 2>/dev/null
+embedded="$("$bin" ppl -m "$tmp/model-oscar.gguf" -f "$OSCAR_EVAL_TEXT" -c 1024 --chunks 2 --kv int2-oscar 2>/dev/null \
+  | sed -n 's/^Final estimate: .* = \([0-9.]*\) +\/- .*/\1/p')"
+echo "ppl(int2-oscar, rotations embedded in the GGUF) = ${embedded:-FAILED}"
+expect "embedded rotations = rotation directory" "'${embedded:-x}' == '${p[int2-oscar]:-y}'"
 echo "$pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -1,0 +1,57 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <unistd.h>
+
+#include "oscar/formats/gguf.h"
+#include "oscar/core/error.h"
+#include "oscar/kv/hadamard.h"
+#include "oscar/kv/rotation_gguf.h"
+
+namespace oscar {
+namespace {
+
+// A GGUF "model" with one tensor, rotations embedded and read back exactly.
+TEST(RotationGguf, EmbedAndReadBack) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fs::path("oscar_rot_gguf_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  gguf::GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_u32("llama.block_count", 2);
+  std::vector<uint8_t> data(16 * 4, 0);
+  w.add_tensor("token_embd.weight", GgmlType::f32, {4, 4}, data);
+  w.write((dir / "model.gguf").string());
+
+  RotationSet rs;
+  rs.head_dim = 16;
+  rs.group_size = 16;
+  for (int l = 0; l < 2; ++l) {
+    LayerRotation lr;
+    lr.layer = l;
+    lr.k_rotation = hadamard_matrix(16);
+    if (l == 1) lr.v_rotation = hadamard_matrix(16);  // layer 0 V: identity (empty)
+    lr.k_clip = 0.9f + 0.01f * float(l);
+    lr.v_clip = 0.8f;
+    rs.layers.push_back(lr);
+  }
+  const gguf::GgufFile model = gguf::GgufFile::open((dir / "model.gguf").string());
+  EXPECT_FALSE(read_embedded_rotations(model).has_value());
+  embed_rotations(model, rs, (dir / "with.gguf").string());
+  const gguf::GgufFile with = gguf::GgufFile::open((dir / "with.gguf").string());
+  const auto back = read_embedded_rotations(with);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->head_dim, 16);
+  ASSERT_EQ(back->layers.size(), 2u);
+  EXPECT_EQ(back->layers[0].k_rotation, rs.layers[0].k_rotation);
+  EXPECT_EQ(back->layers[1].v_rotation, rs.layers[1].v_rotation);
+  EXPECT_FLOAT_EQ(back->layers[0].v_rotation[0], 1.0f);  // identity written out explicitly
+  EXPECT_FLOAT_EQ(back->layers[1].k_clip, 0.91f);
+  EXPECT_NE(with.find_tensor("token_embd.weight"), nullptr);  // the model is all still there
+  EXPECT_THROW(embed_rotations(with, rs, (dir / "twice.gguf").string()), Error);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace oscar
