@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "commands.h"
 #include "common.h"
@@ -15,13 +17,24 @@ struct RunOptions {
   ModelOptions model;
   SamplerParams sampler;
   std::string prompt;
+  std::string prompt_file;
   std::string system;
   int n_predict = 128;
   bool chat = false;
   bool no_display_prompt = false;
 };
 
-int run(const RunOptions& o) {
+std::string read_prompt_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read prompt file '{}'", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int run(RunOptions o) {
+  if (!o.prompt_file.empty()) o.prompt = read_prompt_file(o.prompt_file) + o.prompt;
+  if (o.prompt.empty()) fail("give a prompt with -p or -f");
   LoadedModel m = load_model(o.model);
   std::string text = o.prompt;
   if (o.chat) {
@@ -40,6 +53,7 @@ int run(const RunOptions& o) {
   Sampler sampler(o.sampler);
 
   if (!o.no_display_prompt && !o.chat) fmt::print("{}", o.prompt);
+  if (o.chat || o.no_display_prompt) fmt::print(stderr, "prompt: {} tokens\n", prompt.size());
   std::fflush(stdout);
   Utf8Stream out;
   const GenerationStats st = generate(m, cache, seq, prompt, o.n_predict, sampler, [&](int32_t id) {
@@ -61,7 +75,8 @@ void add_run_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "complete a prompt, streaming the output");
   add_model_options(*cmd, o->model);
   add_sampler_options(*cmd, o->sampler);
-  cmd->add_option("-p,--prompt", o->prompt, "prompt text")->required();
+  cmd->add_option("-p,--prompt", o->prompt, "prompt text (appended to the file's text with -f)");
+  cmd->add_option("-f,--file", o->prompt_file, "read the prompt from a file")->check(CLI::ExistingFile);
   cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--chat", o->chat, "wrap the prompt in the model's chat template as a user message");
   cmd->add_option("--system", o->system, "system message (with --chat)");
