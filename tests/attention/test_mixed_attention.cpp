@@ -20,22 +20,9 @@
 namespace oscar {
 namespace {
 
-const char* quant_name(KvQuant q) {
-  switch (q) {
-    case KvQuant::none: return "none";
-    case KvQuant::int8: return "int8";
-    case KvQuant::int4: return "int4";
-    case KvQuant::int2: return "int2";
-    case KvQuant::int2_lloyd_max: return "int2_lloyd_max";
-    case KvQuant::int2_lloyd_max_exact: return "int2_lloyd_max_exact";
-    case KvQuant::kivi2: return "kivi2";
-  }
-  return "?";
-}
-
 KvSpec mixed_spec(KvQuant q, int sink, int recent, int block_tokens, int group, bool clip) {
   KvSpec s;
-  s.mode = quant_name(q);
+  s.mode = kv_quant_name(q);
   s.quant = q;
   s.sink = sink;
   s.recent = recent;
@@ -154,7 +141,7 @@ TEST(MixedAttention, DecodeEqualsReferenceForEveryKind) {
       for (int64_t n : {1, 4, 5, 12, 13, 17, 20, 21, 29, 300, 1100}) {
         auto f = fill_mixed(spec, 2, d, n, uint64_t(n * 17 + d + int(q)));
         expect_decode_matches(s, *f, n, uint64_t(n + 3),
-                              std::string(quant_name(q)) + " d " + std::to_string(d) + " n " + std::to_string(n));
+                              std::string(kv_quant_name(q)) + " d " + std::to_string(d) + " n " + std::to_string(n));
       }
     }
   }
@@ -181,7 +168,7 @@ TEST(MixedAttention, PrefillEqualsDecodePerPosition) {
     const KvShape shape{1, 2, c.d};
     auto [kf, vf] = make_history_formats(spec, shape, nullptr);
     for (auto [p, n] : {std::pair<int64_t, int64_t>{0, 1}, {0, 30}, {0, 300}, {7, 20}, {13, 150}, {50, 9}}) {
-      SCOPED_TRACE(::testing::Message() << quant_name(c.q) << " d " << c.d << " sink " << c.sink << " recent "
+      SCOPED_TRACE(::testing::Message() << kv_quant_name(c.q) << " d " << c.d << " sink " << c.sink << " recent "
                                         << c.recent << " p " << p << " n " << n);
       const int64_t total = p + n, row = 2LL * c.d, qrow = int64_t(s.n_heads) * c.d;
       auto k = test::random_vector(size_t(total * row), uint64_t(total + c.d), -2, 2);

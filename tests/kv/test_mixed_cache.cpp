@@ -20,19 +20,6 @@
 namespace oscar {
 namespace {
 
-const char* quant_name(KvQuant q) {
-  switch (q) {
-    case KvQuant::none: return "none";
-    case KvQuant::int8: return "int8";
-    case KvQuant::int4: return "int4";
-    case KvQuant::int2: return "int2";
-    case KvQuant::int2_lloyd_max: return "int2_lloyd_max";
-    case KvQuant::int2_lloyd_max_exact: return "int2_lloyd_max_exact";
-    case KvQuant::kivi2: return "kivi2";
-  }
-  return "?";
-}
-
 constexpr KvQuant kAllKinds[] = {KvQuant::int8,           KvQuant::int4,
                                  KvQuant::int2,           KvQuant::int2_lloyd_max,
                                  KvQuant::int2_lloyd_max_exact, KvQuant::kivi2};
@@ -40,7 +27,7 @@ constexpr KvQuant kAllKinds[] = {KvQuant::int8,           KvQuant::int4,
 // Small windows: sink 4, recent 8, 3-token pages (dividing neither), KIVI T = 4.
 KvSpec small_spec(KvQuant q, KvDtype dt = KvDtype::bf16) {
   KvSpec s;
-  s.mode = quant_name(q);
+  s.mode = kv_quant_name(q);
   s.dtype = dt;
   s.quant = q;
   s.block_tokens = 3;
@@ -251,7 +238,7 @@ TEST(MixedCache, DemotionOneTokenAtATimeAndInOneStep) {
   for (KvQuant q : kAllKinds) {
     for (KvDtype dt : {KvDtype::bf16, KvDtype::f32}) {
       const KvSpec spec = small_spec(q, dt);
-      SCOPED_TRACE(::testing::Message() << quant_name(q) << (dt == KvDtype::f32 ? " f32" : " bf16"));
+      SCOPED_TRACE(::testing::Message() << kv_quant_name(q) << (dt == KvDtype::f32 ? " f32" : " bf16"));
       const int64_t max_len = spec.sink + spec.recent + std::max(5, 2 * spec.demote_tokens() + 3);
       Mixed m(kShape, spec, 64);
       const SeqId s = m.add(1);
@@ -277,7 +264,7 @@ TEST(MixedCache, DemotionOneTokenAtATimeAndInOneStep) {
 TEST(MixedCache, RandomStepsInterleavedSequences) {
   for (KvQuant q : kAllKinds) {
     const KvSpec spec = small_spec(q);
-    SCOPED_TRACE(quant_name(q));
+    SCOPED_TRACE(kv_quant_name(q));
     Mixed m(kShape, spec, 200);
     const int64_t capacity = m.cache().capacity_tokens();
     ASSERT_EQ(m.cache().free_tokens(), capacity);
@@ -316,7 +303,7 @@ TEST(MixedCache, RandomStepsInterleavedSequences) {
 // before the clear and first after it.
 TEST(MixedCache, RefilledPagesServeTheNewRows) {
   for (KvQuant q : kAllKinds) {
-    SCOPED_TRACE(quant_name(q));
+    SCOPED_TRACE(kv_quant_name(q));
     const KvSpec spec = small_spec(q);
     Mixed m(KvShape{1, 1, 64}, spec, 64);
     const SeqId s = m.add(21);
@@ -337,7 +324,7 @@ TEST(MixedCache, RefusedReserveChangesNothing) {
     // 0: small windows (history pages run out), 1: no windows, 1-token pages (history
     // pages run out), 2: a recent window larger than the cache (fp pages run out).
     for (int mode : {0, 1, 2}) {
-      SCOPED_TRACE(::testing::Message() << quant_name(q) << " mode " << mode);
+      SCOPED_TRACE(::testing::Message() << kv_quant_name(q) << " mode " << mode);
       KvSpec spec = small_spec(q);
       if (mode == 1) {
         spec.sink = 0;
@@ -386,7 +373,7 @@ TEST(MixedCache, EachKindRoundTripsWithinItsBudget) {
   for (KvQuant q : kAllKinds) {
     KvSpec spec = small_spec(q);
     spec.k_clip = spec.v_clip = 0.0f;
-    SCOPED_TRACE(quant_name(q));
+    SCOPED_TRACE(kv_quant_name(q));
     const KvShape shape{1, 2, 64};
     auto [kf, vf] = make_history_formats(spec, shape, nullptr);
     KvCache cache(shape, spec, 128, kf, vf);

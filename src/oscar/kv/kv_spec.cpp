@@ -6,6 +6,19 @@
 
 namespace oscar {
 
+const char* kv_quant_name(KvQuant q) {
+  switch (q) {
+    case KvQuant::none: return "none";
+    case KvQuant::int8: return "int8";
+    case KvQuant::int4: return "int4";
+    case KvQuant::int2: return "int2";
+    case KvQuant::int2_lloyd_max: return "int2_lloyd_max";
+    case KvQuant::int2_lloyd_max_exact: return "int2_lloyd_max_exact";
+    case KvQuant::kivi2: return "kivi2";
+  }
+  return "?";
+}
+
 int KvSpec::bits() const {
   switch (quant) {
     case KvQuant::none: return 8 * fp_bytes_per_element();

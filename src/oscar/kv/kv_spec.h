@@ -24,6 +24,8 @@ enum class KvQuant {
   kivi2,                   // KIVI: keys per channel over token groups, values per token
 };
 
+const char* kv_quant_name(KvQuant q);  // "int2", "kivi2", ...
+
 // Which rotation rows get before they are stored (the model applies it).
 enum class KvRotation { none, hadamard, calibrated };
 
