@@ -28,7 +28,7 @@ Filled fill_cache(const AttentionShape& s, KvDtype dt, int64_t n, uint64_t seed)
   f.k.resize(size_t(n * row));
   f.v.resize(size_t(n * row));
   for (int h = 0; h < s.n_kv_heads; ++h)
-    f.cache.gather_f32(0, f.seq, h, n, f.k.data() + h * n * s.head_dim, f.v.data() + h * n * s.head_dim);
+    f.cache.gather_fp(0, f.seq, h, n, f.k.data() + h * n * s.head_dim, f.v.data() + h * n * s.head_dim);
   return f;
 }
 

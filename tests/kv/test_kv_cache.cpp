@@ -54,7 +54,7 @@ TEST(KvCache, RoundTripAcrossPagesAndSequences) {
     for (auto [seq, n, k, v] : {std::tuple{a, 23, &ka, &va}, std::tuple{b, 11, &kb, &vb}}) {
       for (int h = 0; h < shape.n_kv_heads; ++h) {
         std::vector<float> kg(size_t(n * 16)), vg(size_t(n * 16)), kw(size_t(n * 16)), vw(size_t(n * 16));
-        cache.gather_f32(1, seq, h, n, kg.data(), vg.data());
+        cache.gather_fp(1, seq, h, n, kg.data(), vg.data());
         for (int t = 0; t < n; ++t)
           for (int c = 0; c < 16; ++c) {
             float kx = (*k)[size_t(t * row + h * 16 + c)], vx = (*v)[size_t(t * row + h * 16 + c)];

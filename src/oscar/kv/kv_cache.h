@@ -84,10 +84,6 @@ class KvCache {
   // and dequantized history rows for [hist_begin, hist_end) (zeros elsewhere).
   void gather_fp(int layer, SeqId seq, int kv_head, int64_t n, float* k_out, float* v_out) const;
   void gather_history(int layer, SeqId seq, int kv_head, int64_t n, float* k_out, float* v_out) const;
-  // Backwards-compatible name for caches without history: all rows in f32.
-  void gather_f32(int layer, SeqId seq, int kv_head, int64_t n, float* k_out, float* v_out) const {
-    gather_fp(layer, seq, kv_head, n, k_out, v_out);
-  }
 
   // Accounting.
   int64_t capacity_tokens() const { return int64_t(fp_alloc_.n_blocks()) * spec_.block_tokens; }

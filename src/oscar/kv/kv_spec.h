@@ -46,7 +46,6 @@ struct KvSpec {
   int bits() const;                   // bits per history code (16/32 for none)
   int demote_tokens() const { return quant == KvQuant::kivi2 ? kivi_tokens : 1; }
   int fp_bytes_per_element() const { return dtype == KvDtype::f32 ? 4 : 2; }
-  int bytes_per_element() const { return fp_bytes_per_element(); }
   // First history token after which everything is recent, for a sequence of length t.
   int64_t history_end(int64_t t) const;
   std::string name() const { return mode; }
