@@ -6,17 +6,11 @@
 #include <cmath>
 
 #include "oscar/attention/attention_decode_kernels.h"
+#include "oscar/ops/avx2_util.h"
 
 namespace oscar {
 
 namespace {
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 inline __m256 load8(const KvSeqView& kv, const uint8_t* row, int i) {
   if (kv.dtype == KvDtype::f32) return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i));
@@ -39,7 +33,7 @@ void decode_chunk_avx2(const DecodeChunk& c, SoftmaxPartial* part, float* part_o
         const __m256 kv8 = load8(c.kv, row, i);
         for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(c.q + g * d + i), kv8, acc[g]);
       }
-      for (int g = 0; g < G; ++g) s[g][t] = hsum(acc[g]) * c.scale;
+      for (int g = 0; g < G; ++g) s[g][t] = hsum8(acc[g]) * c.scale;
     }
     // Fold this sub-chunk into the running partial of each query head.
     for (int g = 0; g < G; ++g) {

@@ -2,6 +2,8 @@
 // (twice, lanes 0-3 and 4-7) and each 2-bit code indexes them with one vpermps.
 #include <immintrin.h>
 
+#include "oscar/ops/avx2_util.h"
+
 #include "oscar/kv/lloyd_max.h"
 
 namespace oscar {
@@ -17,13 +19,6 @@ inline __m256i part_codes(__m256i v, int s) {  // s is unrolled to a constant
 
 inline __m256 level_table(const float lev[4]) {
   return _mm256_setr_ps(lev[0], lev[1], lev[2], lev[3], lev[0], lev[1], lev[2], lev[3]);
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 }  // namespace
@@ -57,7 +52,7 @@ float dot_row_lloyd_max_exact_avx2(const QuantParams& p, const float* q, const u
                                  acc[s]);
     }
   }
-  return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  return hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 void axpy_row_lloyd_max_exact_avx2(const QuantParams& p, float a, const uint8_t* row, float* acc) {

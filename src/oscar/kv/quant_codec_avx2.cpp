@@ -6,16 +6,10 @@
 #include <cstring>
 
 #include "oscar/kv/quant_codec.h"
+#include "oscar/ops/avx2_util.h"
 
 namespace oscar {
 namespace {
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline void load_group_params(const uint8_t* params, int g, float* s, float* z) {
   uint16_t sz[2];
@@ -76,7 +70,7 @@ void group_sums(const QuantParams& p, const float* q, float* qsum) {
   for (int g = 0; g < p.head_dim / G; ++g) {
     __m256 a = _mm256_setzero_ps();
     for (int i = 0; i < G; i += 8) a = _mm256_add_ps(a, _mm256_loadu_ps(q + g * G + i));
-    qsum[g] = hsum(a);
+    qsum[g] = hsum8(a);
   }
 }
 
@@ -92,7 +86,7 @@ inline float dot_impl(const QuantParams& p, const float* q, const float* qsum, c
     tot = _mm256_fmadd_ps(dot_codes_vec<BITS>(G, q + g * G, row + size_t(g) * part_bytes), _mm256_set1_ps(s), tot);
     off += s * z * qsum[g];
   }
-  return hsum(tot) - off;
+  return hsum8(tot) - off;
 }
 
 template <int BITS>
@@ -200,9 +194,9 @@ void axpy_rows_avx2(const QuantParams& p, const float* a, const uint8_t* rows, s
 
 float dot_codes_avx2(int bits, int n, const float* q, const uint8_t* packed) {
   switch (bits) {
-    case 2: return hsum(dot_codes_vec<2>(n, q, packed));
-    case 4: return hsum(dot_codes_vec<4>(n, q, packed));
-    default: return hsum(dot_codes_vec<8>(n, q, packed));
+    case 2: return hsum8(dot_codes_vec<2>(n, q, packed));
+    case 4: return hsum8(dot_codes_vec<4>(n, q, packed));
+    default: return hsum8(dot_codes_vec<8>(n, q, packed));
   }
 }
 

@@ -1,18 +1,13 @@
 // AVX2/FMA matrix-vector rows: four weight rows share each load of x.
 #include <immintrin.h>
 
+#include "oscar/ops/avx2_util.h"
+
 #include "oscar/ops/matmul.h"
 
 namespace oscar {
 
 namespace {
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 inline float dot_tail(const float* a, const float* b, int64_t p, int64_t k) {
   float acc = 0.0f;
   for (; p < k; ++p) acc += a[p] * b[p];
@@ -36,16 +31,16 @@ void matvec_rows_avx2(const float* x, const float* w, float* y, int64_t k, int64
       a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + p), xv, a2);
       a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + p), xv, a3);
     }
-    y[j] = hsum(a0) + dot_tail(x, w0, k8, k);
-    y[j + 1] = hsum(a1) + dot_tail(x, w1, k8, k);
-    y[j + 2] = hsum(a2) + dot_tail(x, w2, k8, k);
-    y[j + 3] = hsum(a3) + dot_tail(x, w3, k8, k);
+    y[j] = hsum8(a0) + dot_tail(x, w0, k8, k);
+    y[j + 1] = hsum8(a1) + dot_tail(x, w1, k8, k);
+    y[j + 2] = hsum8(a2) + dot_tail(x, w2, k8, k);
+    y[j + 3] = hsum8(a3) + dot_tail(x, w3, k8, k);
   }
   for (; j < n1; ++j) {
     const float* wr = w + j * k;
     __m256 a = _mm256_setzero_ps();
     for (int64_t p = 0; p < k8; p += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(wr + p), _mm256_loadu_ps(x + p), a);
-    y[j] = hsum(a) + dot_tail(x, wr, k8, k);
+    y[j] = hsum8(a) + dot_tail(x, wr, k8, k);
   }
 }
 
