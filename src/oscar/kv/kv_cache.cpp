@@ -11,6 +11,19 @@ namespace oscar {
 namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The fp K and V rows of (kv_head, token) as f32.
+void load_fp_rows(const KvSeqView& v, int kv_head, int64_t t, float* k_out, float* v_out) {
+  const int64_t off = v.row_offset(kv_head, t);
+  const int d = v.head_dim;
+  if (v.dtype == KvDtype::f32) {
+    std::memcpy(k_out, v.k_pool + off, size_t(d) * 4);
+    std::memcpy(v_out, v.v_pool + off, size_t(d) * 4);
+  } else {
+    bf16_to_f32(reinterpret_cast<const bf16*>(v.k_pool + off), k_out, d);
+    bf16_to_f32(reinterpret_cast<const bf16*>(v.v_pool + off), v_out, d);
+  }
+}
+
 std::vector<uint8_t> alloc_pool(size_t bytes, int64_t capacity) {
   try {
     return std::vector<uint8_t>(bytes);
@@ -186,18 +199,8 @@ void KvCache::demote(int layer, SeqId seq, int64_t new_len) {
       const int64_t i = t0 - spec_.sink;
       const int row0 = int(i % B);
       const int64_t t1 = std::min(end, t0 + (B - row0));
-      for (int64_t t = t0; t < t1; ++t) {
-        const int64_t off = view.row_offset(h, t);
-        float* kd = krows.data() + (t - t0) * d;
-        float* vd = vrows.data() + (t - t0) * d;
-        if (spec_.dtype == KvDtype::f32) {
-          std::memcpy(kd, view.k_pool + off, size_t(d) * 4);
-          std::memcpy(vd, view.v_pool + off, size_t(d) * 4);
-        } else {
-          bf16_to_f32(reinterpret_cast<const bf16*>(view.k_pool + off), kd, d);
-          bf16_to_f32(reinterpret_cast<const bf16*>(view.v_pool + off), vd, d);
-        }
-      }
+      for (int64_t t = t0; t < t1; ++t)
+        load_fp_rows(view, h, t, krows.data() + (t - t0) * d, vrows.data() + (t - t0) * d);
       const int64_t block = s.q_blocks[size_t(i / B)];
       uint8_t* kb = qk_[size_t(layer)].data() + (block * shape_.n_kv_heads + h) * int64_t(kf.block_bytes());
       uint8_t* vb = qv_[size_t(layer)].data() + (block * shape_.n_kv_heads + h) * int64_t(vf.block_bytes());
@@ -257,14 +260,7 @@ void KvCache::gather_fp(int layer, SeqId seq, int kv_head, int64_t n, float* k_o
       std::fill_n(v_out + t * d, d, 0.0f);
       continue;
     }
-    const int64_t off = v.row_offset(kv_head, t);
-    if (spec_.dtype == KvDtype::f32) {
-      std::memcpy(k_out + t * d, v.k_pool + off, size_t(d) * 4);
-      std::memcpy(v_out + t * d, v.v_pool + off, size_t(d) * 4);
-    } else {
-      bf16_to_f32(reinterpret_cast<const bf16*>(v.k_pool + off), k_out + t * d, d);
-      bf16_to_f32(reinterpret_cast<const bf16*>(v.v_pool + off), v_out + t * d, d);
-    }
+    load_fp_rows(v, kv_head, t, k_out + t * d, v_out + t * d);
   }
 }
 
