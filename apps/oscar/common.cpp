@@ -19,7 +19,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool with_ctx) {
   cmd.add_option("-t,--threads", o.threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
   if (with_ctx) cmd.add_option("-c,--ctx-size", o.ctx, "KV cache size in tokens")->check(CLI::Range(8, 1 << 24));
   cmd.add_option("--kv", o.kv,
-                 "KV cache type: bf16 | f32 | int8 | int4 | int2 | int2-hadamard | kivi2 | int2-oscar | int2-oscar-lloydmax");
+                 "KV cache type: bf16 | f32 | int8 | int4 | int2 | int2-hadamard | kivi2 | int2-oscar | int2-oscar-lloydmax | "
+                 "int2-oscar-lloydmax-exact");
   cmd.add_option("--rotations", o.rotations,
                  "OSCAR rotations: a directory from `oscar calibrate`, or a GGUF with embedded rotations "
                  "(default for int2-oscar: the model's own, if embedded)");
