@@ -11,5 +11,7 @@ void add_inspect_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
 void add_rotations_command(CLI::App& app);
+void add_niah_command(CLI::App& app);
+void add_eval_kv_command(CLI::App& app);
 
 }  // namespace oscar::cli

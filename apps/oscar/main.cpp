@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   oscar::cli::add_bench_command(app);
   oscar::cli::add_calibrate_command(app);
   oscar::cli::add_rotations_command(app);
+  oscar::cli::add_niah_command(app);
+  oscar::cli::add_eval_kv_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -27,6 +27,8 @@ check() {  # name, expected exit ("0" or "nonzero"), grep pattern for the output
 
 check "top-level help" 0 "run" "$bin" --help
 for cmd in run chat ppl inspect bench; do check "$cmd --help" 0 "--model" "$bin" "$cmd" --help; done
+check "niah --help" 0 "--haystack" "$bin" niah --help
+check "eval-kv --help" 0 "--queries" "$bin" eval-kv --help
 check "no subcommand" nonzero "" "$bin"
 check "unknown subcommand" nonzero "" "$bin" frobnicate
 check "unknown flag" nonzero "--bogus" "$bin" run -m x.gguf -p hi --bogus
@@ -52,6 +54,16 @@ if [[ -f "$OSCAR_MODEL" ]]; then
   check "ppl text shorter than a chunk" nonzero "fewer than one chunk" "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/tokenizer_corpus.txt" -c 8192
   check "bench json" 0 "decode" "$bin" bench -m "$OSCAR_MODEL" -p 16 -n 2 --json "$tmp/bench.json"
   check "bench wrote json" 0 "prefill_tokens_per_s" cat "$tmp/bench.json"
+  check "niah length beyond context" nonzero "error: .*larger than the context" \
+    "$bin" niah -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" --lengths 999999
+  check "niah finds a needle (bf16)" 0 "Overall accuracy: 1/1" \
+    "$bin" niah -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" --lengths 400 --depths 50
+  check "eval-kv table" 0 "\| mean \| 0\.0[0-9]+ \| 0\.[0-9]+ \|" \
+    "$bin" eval-kv -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 512 --kv bf16,int2 --queries 32
+  check "eval-kv oscar without rotations" nonzero "needs calibrated rotations" \
+    "$bin" eval-kv -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 512 --kv int2-oscar
+  check "eval-kv bad --queries" nonzero "--queries must be" \
+    "$bin" eval-kv -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 512 --kv int2 --queries 0
   check "chat session" 0 "" bash -c "printf 'Hi\n/exit\n' | '$bin' chat -m '$OSCAR_MODEL' -n 8 --temp 0"
 elif [[ "${OSCAR_REQUIRE_MODEL:-0}" == 1 ]]; then
   fail=$((fail + 1)); echo "FAIL default model missing: $OSCAR_MODEL"

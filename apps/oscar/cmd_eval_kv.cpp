@@ -1,0 +1,187 @@
+// oscar eval-kv: per-layer relative error of the attention output for each KV format,
+// against an f32 cache, on the q/k/v one f32-KV forward pass over real text produced.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "commands.h"
+#include "common.h"
+#include "oscar/core/error.h"
+#include "oscar/eval/kv_error.h"
+#include "oscar/formats/gguf.h"
+#include "oscar/kv/history_formats.h"
+#include "oscar/kv/rotation_gguf.h"
+
+namespace oscar::cli {
+
+namespace {
+struct EvalKvOptions {
+  ModelOptions model;
+  std::string file;
+  int queries = 256;
+  std::string json_out;
+};
+
+const char* kDefaultModes = "bf16,int8,int4,int2,int2-hadamard,kivi2";
+const char* kOscarModes = ",int2-oscar,int2-oscar-lloydmax,int2-oscar-lloydmax-exact";
+
+std::vector<std::string> split_modes(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string m; std::getline(ss, m, ',');)
+    if (!m.empty()) out.push_back(m);
+  if (out.empty()) fail("--kv: no KV types given");
+  return out;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read '{}'", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Rotations from --rotations, else the ones embedded in the model's GGUF, else none.
+std::optional<RotationSet> find_rotations(const ModelOptions& o) {
+  std::optional<RotationSet> rs;
+  if (!o.rotations.empty()) rs = load_rotations(o.rotations);
+  else if (o.model.ends_with(".gguf")) rs = read_embedded_rotations(gguf::GgufFile::open(o.model));
+  if (rs)
+    for (LayerRotation& l : rs->layers) {
+      if (o.k_clip) l.k_clip = *o.k_clip;
+      if (o.v_clip) l.v_clip = *o.v_clip;
+    }
+  return rs;
+}
+
+struct ModeResult {
+  std::string mode;
+  double bits = 0.0;
+  std::vector<double> layer_error;
+  double mean() const {
+    double s = 0.0;
+    for (double e : layer_error) s += e;
+    return layer_error.empty() ? 0.0 : s / double(layer_error.size());
+  }
+};
+
+int eval_kv(const EvalKvOptions& o, const std::string& modes_flag) {
+  ModelOptions mo = o.model;
+  mo.kv = "f32";  // the reference trajectory: every format sees the model's own q, k, v
+  mo.rotations.clear();
+  LoadedModel m = load_model(mo);
+  const ModelConfig& c = m.transformer->config();
+  const std::optional<RotationSet> rs = find_rotations(o.model);
+  const std::vector<std::string> modes = split_modes(modes_flag.empty() ? std::string(kDefaultModes) + (rs ? kOscarModes : "") : modes_flag);
+  std::vector<KvSpec> specs;
+  for (const std::string& mode : modes) {
+    ModelOptions so = o.model;
+    so.kv = mode;
+    specs.push_back(kv_spec_from(so));
+    if (specs.back().rotation == KvRotation::calibrated && !rs)
+      fail("KV type '{}' needs calibrated rotations (--rotations DIR|GGUF, made by `oscar calibrate`)", mode);
+  }
+  if (rs && (rs->head_dim != c.head_dim || int(rs->layers.size()) != c.n_layers))
+    fail("rotations are for {} layers of head_dim {}, the model has {} layers of head_dim {}", rs->layers.size(),
+         rs->head_dim, c.n_layers, c.head_dim);
+
+  std::vector<int32_t> ids = m.tokenizer->encode(read_text(o.file), m.tokenizer->add_bos(), false);
+  const int64_t n = std::min<int64_t>(o.model.ctx, c.n_ctx_train > 0 ? c.n_ctx_train : o.model.ctx);
+  if (int64_t(ids.size()) < n) fail("'{}' has {} tokens, fewer than -c {}", o.file, ids.size(), n);
+  if (o.queries < 1 || o.queries > n) fail("--queries must be in [1, {}], got {}", n, o.queries);
+  ids.resize(size_t(n));
+
+  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim};
+  QkvRecorder rec(c.n_layers, shape);
+  m.transformer->set_observer(&rec);
+  {
+    KvCache cache = m.transformer->make_cache(n);
+    const SeqId seq = cache.add_sequence();
+    std::vector<float> logits;
+    const auto t0 = std::chrono::steady_clock::now();
+    m.transformer->forward(cache, seq, ids, LogitsFor::last, logits);
+    fmt::print(stderr, "recorded q/k/v of {} layers over {} tokens in {:.1f} s\n", c.n_layers, n, seconds_since(t0));
+  }
+  m.transformer->set_observer(nullptr);
+
+  const KvSpec f32_spec = KvSpec::parse("f32");
+  std::vector<std::vector<float>> reference(size_t(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l)
+    reference[size_t(l)] = cached_attention(shape, rec.layer(l), n, o.queries, LayerKvFormat{f32_spec, nullptr, nullptr, nullptr, l}).out;
+
+  const KvRotator hadamard = KvRotator::hadamard(c.n_layers, c.head_dim);
+  const KvRotator calibrated = rs ? KvRotator::calibrated(*rs, /*v_absorbed=*/false) : KvRotator();
+  std::vector<ModeResult> results;
+  for (const KvSpec& spec : specs) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool cal = spec.rotation == KvRotation::calibrated;
+    std::vector<HistoryFormat> kf, vf;
+    if (spec.quantized()) std::tie(kf, vf) = make_history_formats(spec, m.transformer->kv_shape(), cal ? &*rs : nullptr);
+    const KvRotator* rot = spec.rotation == KvRotation::hadamard ? &hadamard : cal ? &calibrated : nullptr;
+    ModeResult r{spec.mode, 0.0, {}};
+    for (int l = 0; l < c.n_layers; ++l) {
+      const LayerKvFormat f{spec, kf.empty() ? nullptr : &kf[size_t(l)], vf.empty() ? nullptr : &vf[size_t(l)], rot, l};
+      const CachedAttention a = cached_attention(shape, rec.layer(l), n, o.queries, f);
+      r.layer_error.push_back(relative_l2_error(a.out, reference[size_t(l)]));
+      r.bits = a.bits_per_element;
+    }
+    fmt::print(stderr, "{:<26} mean error {:.4f} ({:.1f} s)\n", spec.mode, r.mean(), seconds_since(t0));
+    results.push_back(std::move(r));
+  }
+
+  fmt::print("Relative L2 error of the attention output against an f32 KV cache, per layer\n");
+  fmt::print("({}, {} tokens of {}, last {} queries; each layer fed the f32 model's own q/k/v)\n\n",
+             std::filesystem::path(o.model.model).filename().string(), n, std::filesystem::path(o.file).filename().string(),
+             o.queries);
+  fmt::print("| layer |");
+  for (const ModeResult& r : results) fmt::print(" {} |", r.mode);
+  fmt::print("\n|---|");
+  for (size_t i = 0; i < results.size(); ++i) fmt::print("---|");
+  fmt::print("\n");
+  for (int l = 0; l < c.n_layers; ++l) {
+    fmt::print("| {} |", l);
+    for (const ModeResult& r : results) fmt::print(" {:.4f} |", r.layer_error[size_t(l)]);
+    fmt::print("\n");
+  }
+  fmt::print("| mean |");
+  for (const ModeResult& r : results) fmt::print(" {:.4f} |", r.mean());
+  fmt::print("\n| bits/element |");
+  for (const ModeResult& r : results) fmt::print(" {:.3f} |", r.bits);
+  fmt::print("\n");
+
+  if (!o.json_out.empty()) {
+    nlohmann::json j = {{"model", std::filesystem::path(o.model.model).filename().string()},
+                        {"text", std::filesystem::path(o.file).filename().string()},
+                        {"tokens", n},
+                        {"queries", o.queries},
+                        {"reference", "f32"},
+                        {"modes", nlohmann::json::array()}};
+    for (const ModeResult& r : results)
+      j["modes"].push_back({{"kv", r.mode}, {"bits_per_element", r.bits}, {"mean_error", r.mean()}, {"layer_error", r.layer_error}});
+    std::ofstream out(o.json_out);
+    if (!out) fail("cannot write '{}'", o.json_out);
+    out << j.dump(2) << "\n";
+  }
+  return 0;
+}
+}  // namespace
+
+void add_eval_kv_command(CLI::App& app) {
+  auto o = std::make_shared<EvalKvOptions>();
+  o->model.ctx = 4096;
+  CLI::App* cmd = app.add_subcommand("eval-kv", "per-layer attention-output error of KV cache formats against f32");
+  add_model_options(*cmd, o->model);
+  cmd->get_option("--kv")->description(
+      "comma-separated KV types to compare (default: bf16,int8,int4,int2,int2-hadamard,kivi2, and the int2-oscar "
+      "types when rotations are available)");
+  cmd->add_option("-f,--file", o->file, "text file (first -c tokens are used)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--queries", o->queries, "score the attention output of the last N positions");
+  cmd->add_option("--json", o->json_out, "also write the table as JSON to this file");
+  cmd->callback([o, cmd] { eval_kv(*o, cmd->count("--kv") ? o->model.kv : std::string()); });
+}
+
+}  // namespace oscar::cli

@@ -1,0 +1,97 @@
+// eval-kv's measurement: a one-layer cache fed recorded q/k/v must reproduce exact
+// attention when nothing is quantized (with or without a rotation), and its error must
+// order the formats the way their bits do.
+#include <gtest/gtest.h>
+
+#include "oscar/core/error.h"
+#include "oscar/eval/kv_error.h"
+#include "oscar/kv/history_formats.h"
+#include "../test_util.h"
+
+namespace oscar {
+namespace {
+
+constexpr int kHeads = 6, kKvHeads = 2, kDim = 64;
+const AttentionShape kShape{kHeads, kKvHeads, kDim};
+
+LayerQkv random_qkv(int64_t n, uint64_t seed) {
+  LayerQkv x;
+  x.q = test::random_vector(size_t(n * kHeads * kDim), seed, -3, 3);  // peaked attention: outputs far from 0
+  x.k = test::random_vector(size_t(n * kKvHeads * kDim), seed + 1, -2, 2);
+  x.v = test::random_vector(size_t(n * kKvHeads * kDim), seed + 2, -1, 1);
+  return x;
+}
+
+// attention_ref wants K/V as [n_kv_heads, n, d].
+std::vector<float> exact_output(const LayerQkv& x, int64_t n, int64_t n_q) {
+  std::vector<float> k(size_t(n * kKvHeads * kDim)), v(k.size());
+  for (int64_t t = 0; t < n; ++t)
+    for (int h = 0; h < kKvHeads; ++h)
+      for (int i = 0; i < kDim; ++i) {
+        k[size_t((h * n + t) * kDim + i)] = x.k[size_t((t * kKvHeads + h) * kDim + i)];
+        v[size_t((h * n + t) * kDim + i)] = x.v[size_t((t * kKvHeads + h) * kDim + i)];
+      }
+  std::vector<float> out(size_t(n_q * kHeads * kDim));
+  attention_ref(kShape, x.q.data() + (n - n_q) * kHeads * kDim, n_q, n - n_q, k.data(), v.data(), n, out.data());
+  return out;
+}
+
+struct Measured {
+  double error, bits;
+};
+
+Measured measure(const char* kv, const LayerQkv& x, int64_t n, int64_t n_q, const KvRotator* rot = nullptr) {
+  KvSpec spec = KvSpec::parse(kv);
+  spec.group = std::min(spec.group, kDim);
+  auto [kf, vf] = make_history_formats(spec, KvShape{1, kKvHeads, kDim}, nullptr);
+  LayerKvFormat f{spec, kf.empty() ? nullptr : &kf[0], vf.empty() ? nullptr : &vf[0], rot, 0};
+  const CachedAttention a = cached_attention(kShape, x, n, n_q, f);
+  return {relative_l2_error(a.out, exact_output(x, n, n_q)), a.bits_per_element};
+}
+
+TEST(KvError, F32CacheIsExact) {
+  const LayerQkv x = random_qkv(700, 11);
+  const Measured m = measure("f32", x, 700, 37);
+  EXPECT_LT(m.error, 1e-5);
+  EXPECT_DOUBLE_EQ(m.bits, 32.0);
+}
+
+TEST(KvError, RotationIsUndoneExactly) {
+  // The Hadamard rotator with an f32 cache: q·R, k·R, v·R, then the output ·Rᵀ.
+  const LayerQkv x = random_qkv(300, 12);
+  const KvRotator h = KvRotator::hadamard(1, kDim);
+  EXPECT_LT(measure("f32", x, 300, 20, &h).error, 1e-5);
+}
+
+TEST(KvError, ErrorFollowsBits) {
+  const int64_t n = 1200, n_q = 64;
+  const LayerQkv x = random_qkv(n, 13);
+  const Measured bf16 = measure("bf16", x, n, n_q), i8 = measure("int8", x, n, n_q), i4 = measure("int4", x, n, n_q),
+                 i2 = measure("int2", x, n, n_q);
+  std::printf("errors: bf16 %.2e int8 %.2e int4 %.2e int2 %.2e\n", bf16.error, i8.error, i4.error, i2.error);
+  EXPECT_GT(bf16.error, 0.0);
+  EXPECT_LT(bf16.error, 5e-3);
+  EXPECT_LT(bf16.error, i8.error);
+  EXPECT_LT(i8.error, i4.error);
+  EXPECT_LT(i4.error, i2.error);
+  EXPECT_LT(i8.error, 2e-2);
+  EXPECT_GT(i2.error, 0.05);
+  EXPECT_GT(bf16.bits, i8.bits);
+  EXPECT_GT(i4.bits, i2.bits);
+}
+
+TEST(KvError, NoHistoryMeansNoQuantizationError) {
+  // 64 sink + 256 recent hold all 300 tokens: int2 stores nothing in INT2.
+  const LayerQkv x = random_qkv(300, 14);
+  EXPECT_DOUBLE_EQ(measure("int2", x, 300, 50).error, measure("bf16", x, 300, 50).error);
+}
+
+TEST(KvError, RelativeL2) {
+  const std::vector<float> ref{3, 4}, a{3, 5}, z{0, 0};
+  EXPECT_DOUBLE_EQ(relative_l2_error(a, ref), 0.2);
+  EXPECT_DOUBLE_EQ(relative_l2_error(z, z), 0.0);
+  EXPECT_THROW(relative_l2_error(std::vector<float>{1}, ref), Error);
+}
+
+}  // namespace
+}  // namespace oscar
