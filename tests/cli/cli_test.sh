@@ -54,6 +54,17 @@ if [[ -f "$OSCAR_MODEL" ]]; then
   check "ppl text shorter than a chunk" nonzero "fewer than one chunk" "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/tokenizer_corpus.txt" -c 8192
   check "bench json" 0 "decode" "$bin" bench -m "$OSCAR_MODEL" -p 16 -n 2 --json "$tmp/bench.json"
   check "bench wrote json" 0 "prefill_tokens_per_s" cat "$tmp/bench.json"
+  check "ppl writes a KLD base" 0 "wrote the log-probabilities of 254 positions" \
+    "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 256 --chunks 2 --kl-divergence-base "$tmp/kld.bin"
+  check "KLD of bf16 against itself" 0 "Mean    KLD:   0\.000000.*" \
+    "$bin" ppl -m "$OSCAR_MODEL" --kl-divergence-base "$tmp/kld.bin" --kl-divergence
+  check "KLD of int2 is positive" 0 "Same top p: +[1-9][0-9]?\.[0-9]+ " \
+    "$bin" ppl -m "$OSCAR_MODEL" --kl-divergence-base "$tmp/kld.bin" --kl-divergence --kv int2 --kv-sink 4 --kv-recent 16
+  check "KLD with another -c" nonzero "differs from the base file" \
+    "$bin" ppl -m "$OSCAR_MODEL" --kl-divergence-base "$tmp/kld.bin" --kl-divergence -c 512
+  check "KLD without a base" nonzero "needs --kl-divergence-base" "$bin" ppl -m "$OSCAR_MODEL" --kl-divergence
+  check "KLD corrupt base" nonzero "not a KL-divergence base file" \
+    "$bin" ppl -m "$OSCAR_MODEL" --kl-divergence-base "$tmp/text.gguf" --kl-divergence
   check "niah length beyond context" nonzero "error: .*larger than the context" \
     "$bin" niah -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" --lengths 999999
   check "niah finds a needle (bf16)" 0 "Overall accuracy: 1/1" \

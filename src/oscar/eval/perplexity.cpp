@@ -24,8 +24,19 @@ double token_nll(std::span<const float> logits, int32_t target) {
   return -(double(logits[size_t(target)]) - m - std::log(sum));
 }
 
+std::vector<int32_t> perplexity_chunks(std::span<const int32_t> tokens, const PerplexityOptions& opt) {
+  const int N = opt.n_ctx;
+  int n_chunks = int(int64_t(tokens.size()) / N);
+  if (opt.max_chunks >= 0) n_chunks = std::min(n_chunks, opt.max_chunks);
+  std::vector<int32_t> out(tokens.begin(), tokens.begin() + int64_t(n_chunks) * N);
+  if (opt.bos_id >= 0)
+    for (int c = 0; c < n_chunks; ++c) out[size_t(int64_t(c) * N)] = opt.bos_id;
+  return out;
+}
+
 PerplexityResult perplexity(Transformer& model, std::span<const int32_t> tokens, const PerplexityOptions& opt,
-                            const std::function<void(int, const NllStats&)>& on_chunk) {
+                            const std::function<void(int, const NllStats&)>& on_chunk,
+                            const ScoredPositionFn& on_scored) {
   const int N = opt.n_ctx;
   if (N < 4) fail("perplexity context {} is too small (need at least 4)", N);
   int n_chunks = int(int64_t(tokens.size()) / N);
@@ -49,8 +60,9 @@ PerplexityResult perplexity(Transformer& model, std::span<const int32_t> tokens,
     r.kv_bytes = cache.bytes_used(seq);
     NllStats chunk_stats;
     for (int j = N / 2; j <= N - 2; ++j) {
-      const double nll = token_nll(std::span<const float>(logits.data() + int64_t(j) * n_vocab, size_t(n_vocab)),
-                                   chunk[size_t(j + 1)]);
+      const std::span<const float> row(logits.data() + int64_t(j) * n_vocab, size_t(n_vocab));
+      const double nll = token_nll(row, chunk[size_t(j + 1)]);
+      if (on_scored) on_scored(row, chunk[size_t(j + 1)]);
       stats.add(nll);
       chunk_stats.add(nll);
     }

@@ -48,9 +48,17 @@ class NllStats {
 // −log softmax(logits)[target], computed in double.
 double token_nll(std::span<const float> logits, int32_t target);
 
+// Sees every scored position: its logits and the token it predicts (the KL-divergence
+// mode stores or compares these).
+using ScoredPositionFn = std::function<void(std::span<const float> logits, int32_t target)>;
+
 // Calls on_chunk(chunk_index, running_stats) after each chunk (for llama-style progress).
 // Throws oscar::Error when the text holds fewer tokens than one chunk.
 PerplexityResult perplexity(Transformer& model, std::span<const int32_t> tokens, const PerplexityOptions& opt,
-                            const std::function<void(int, const NllStats&)>& on_chunk = {});
+                            const std::function<void(int, const NllStats&)>& on_chunk = {},
+                            const ScoredPositionFn& on_scored = {});
+
+// The tokens of the chunks perplexity() evaluates, BOS substituted as it does.
+std::vector<int32_t> perplexity_chunks(std::span<const int32_t> tokens, const PerplexityOptions& opt);
 
 }  // namespace oscar
