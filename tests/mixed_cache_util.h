@@ -33,6 +33,7 @@ inline int64_t expected_history_end(const KvSpec& spec, int64_t t) {
 // Storage bits per element of a history side, by hand: codes + fp16 (scale, zero) or
 // (μ, σ) per group of G dims; KIVI keys one fp16 pair per channel per T tokens.
 inline double expected_history_bits(const HistoryFormat& f) {
+  if (f.quant == KvQuant::bf16_raw) return 16.0;  // raw bf16 rows, no scale
   const int bits = f.quant == KvQuant::int8 ? 8 : f.quant == KvQuant::int4 ? 4 : 2;
   if (f.per_channel) return bits + 32.0 / f.block_tokens;
   return bits + 32.0 / f.group;
@@ -49,6 +50,10 @@ inline QuantParams codec_params(const HistoryFormat& f) {
 
 // Quantize → dequantize one row with the codec a per-token format names.
 inline void codec_round_trip_row(const HistoryFormat& f, const float* x, float* out) {
+  if (f.quant == KvQuant::bf16_raw) {  // a bf16 layer of a per-layer mixed cache: bf16 rounding only
+    for (int c = 0; c < f.head_dim; ++c) out[c] = bf16_round(x[c]);
+    return;
+  }
   const QuantParams p = codec_params(f);
   std::vector<uint8_t> buf(quant_row_bytes(p));
   switch (f.quant) {

@@ -83,6 +83,7 @@ int calibrate(const CalibrateOptions& o) {
   if (o.prompts <= 0 || o.tokens < o.prompts) fail("--tokens {} must be at least --prompts {}", o.tokens, o.prompts);
   ModelOptions mo = o.model;
   mo.kv = "bf16";  // calibration sees the model's own (unquantized) attention inputs
+  mo.kv_layers.reset();
   mo.k_clip.reset();
   mo.v_clip.reset();
   LoadedModel m = load_model(mo);

@@ -72,6 +72,7 @@ struct ModeResult {
 int eval_kv(const EvalKvOptions& o, const std::string& modes_flag) {
   ModelOptions mo = o.model;
   mo.kv = "f32";  // the reference trajectory: every format sees the model's own q, k, v
+  mo.kv_layers.reset();
   mo.rotations.clear();
   LoadedModel m = load_model(mo);
   const ModelConfig& c = m.transformer->config();
@@ -81,9 +82,10 @@ int eval_kv(const EvalKvOptions& o, const std::string& modes_flag) {
   for (const std::string& mode : modes) {
     ModelOptions so = o.model;
     so.kv = mode;
-    specs.push_back(kv_spec_from(so));
-    if (specs.back().rotation == KvRotation::calibrated && !rs)
-      fail("KV type '{}' needs calibrated rotations (--rotations DIR|GGUF, made by `oscar calibrate`)", mode);
+    specs.push_back(kv_spec_from(so, c.n_layers));  // --kv-layers applies to every compared type
+    if (specs.back().uses_rotation(KvRotation::calibrated, c.n_layers) && !rs)
+      fail("KV type '{}' needs calibrated rotations (--rotations DIR|GGUF, made by `oscar calibrate`)",
+           specs.back().name());
   }
   if (rs && (rs->head_dim != c.head_dim || int(rs->layers.size()) != c.n_layers))
     fail("rotations are for {} layers of head_dim {}, the model has {} layers of head_dim {}", rs->layers.size(),
@@ -113,23 +115,28 @@ int eval_kv(const EvalKvOptions& o, const std::string& modes_flag) {
   for (int l = 0; l < c.n_layers; ++l)
     reference[size_t(l)] = cached_attention(shape, rec.layer(l), n, o.queries, LayerKvFormat{f32_spec, nullptr, nullptr, nullptr, l}).out;
 
-  const KvRotator hadamard = KvRotator::hadamard(c.n_layers, c.head_dim);
-  const KvRotator calibrated = rs ? KvRotator::calibrated(*rs, /*v_absorbed=*/false) : KvRotator();
   std::vector<ModeResult> results;
   for (const KvSpec& spec : specs) {
     const auto t0 = std::chrono::steady_clock::now();
-    const bool cal = spec.rotation == KvRotation::calibrated;
+    const bool cal = spec.uses_rotation(KvRotation::calibrated, c.n_layers);
     std::vector<HistoryFormat> kf, vf;
     if (spec.quantized()) std::tie(kf, vf) = make_history_formats(spec, m.transformer->kv_shape(), cal ? &*rs : nullptr);
-    const KvRotator* rot = spec.rotation == KvRotation::hadamard ? &hadamard : cal ? &calibrated : nullptr;
-    ModeResult r{spec.mode, 0.0, {}};
+    const KvRotator rot = KvRotator::for_spec(spec, c.n_layers, c.head_dim, cal ? &*rs : nullptr, /*v_absorbed=*/false);
+    ModeResult r{spec.name(), 0.0, {}};
+    double bits_sum = 0.0;
     for (int l = 0; l < c.n_layers; ++l) {
-      const LayerKvFormat f{spec, kf.empty() ? nullptr : &kf[size_t(l)], vf.empty() ? nullptr : &vf[size_t(l)], rot, l};
+      // Each layer as its own plain spec (with --kv-layers, that layer's type); a bf16
+      // layer of a mixed spec runs without history, which bf16_raw rows equal exactly.
+      const KvSpec ls = spec.layer_spec(l);
+      const bool q = ls.quantized();
+      const LayerKvFormat f{ls, q ? &kf[size_t(l)] : nullptr, q ? &vf[size_t(l)] : nullptr, &rot, l};
       const CachedAttention a = cached_attention(shape, rec.layer(l), n, o.queries, f);
       r.layer_error.push_back(relative_l2_error(a.out, reference[size_t(l)]));
       r.bits = a.bits_per_element;
+      bits_sum += a.bits_per_element;
     }
-    fmt::print(stderr, "{:<26} mean error {:.4f} ({:.1f} s)\n", spec.mode, r.mean(), seconds_since(t0));
+    if (spec.mixed()) r.bits = bits_sum / c.n_layers;  // the layers' mean (each holds the same elements)
+    fmt::print(stderr, "{:<26} mean error {:.4f} ({:.1f} s)\n", r.mode, r.mean(), seconds_since(t0));
     results.push_back(std::move(r));
   }
 

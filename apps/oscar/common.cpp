@@ -21,6 +21,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool with_ctx) {
   cmd.add_option("--kv", o.kv,
                  "KV cache type: bf16 | f32 | int8 | int4 | int2 | int2-hadamard | kivi2 | int2-oscar | int2-oscar-lloydmax | "
                  "int2-oscar-lloydmax-exact");
+  cmd.add_option("--kv-layers", o.kv_layers,
+                 "per-layer KV types over --kv, e.g. \"0-1:int4,27:int8\" (ranges inclusive; types bf16 | int8 | int4 | "
+                 "int2 | int2-hadamard | int2-oscar | int2-oscar-lloydmax | int2-oscar-lloydmax-exact)");
   cmd.add_option("--rotations", o.rotations,
                  "OSCAR rotations: a directory from `oscar calibrate`, or a GGUF with embedded rotations "
                  "(default for int2-oscar: the model's own, if embedded)");
@@ -42,13 +45,19 @@ void add_sampler_options(CLI::App& cmd, SamplerParams& p) {
   cmd.add_option("-s,--seed", p.seed, "random seed");
 }
 
-KvSpec kv_spec_from(const ModelOptions& o) {
+KvSpec kv_spec_from(const ModelOptions& o, int n_layers) {
   KvSpec s = KvSpec::parse(o.kv);
+  if (o.kv_layers) s.layer_types = parse_kv_layers(*o.kv_layers, n_layers);
   if (o.kv_group) s.group = *o.kv_group;
   if (o.kv_sink) s.sink = *o.kv_sink;
   if (o.kv_recent) s.recent = *o.kv_recent;
+  // --k-clip / --v-clip apply to every layer, as they would to a whole-model run of its type.
   if (o.k_clip) s.k_clip = *o.k_clip;
   if (o.v_clip) s.v_clip = *o.v_clip;
+  for (KvLayerType& t : s.layer_types) {
+    if (o.k_clip) t.k_clip = *o.k_clip;
+    if (o.v_clip) t.v_clip = *o.v_clip;
+  }
   s.validate();
   return s;
 }
@@ -58,8 +67,11 @@ LoadedModel load_model(const ModelOptions& o) {
   set_num_threads(o.threads);
   openblas_set_num_threads(num_threads());
   LoadedModel m;
-  const KvSpec kv = kv_spec_from(o);  // flags first: fail before the slow part
+  KvSpec kv = kv_spec_from(o);  // flags first: fail before the slow part
   auto src = open_weight_source(o.model);
+  const int n_layers = src->config().n_layers;
+  kv.validate_layers(n_layers);
+  const bool wants_rotations = kv.uses_rotation(KvRotation::calibrated, n_layers);
   std::string tmpl;
   std::optional<RotationSet> rotations;
   if (!o.rotations.empty()) rotations = load_rotations(o.rotations);
@@ -72,7 +84,7 @@ LoadedModel load_model(const ModelOptions& o) {
     const gguf::GgufFile f = gguf::GgufFile::open(o.model);
     m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(f));
     tmpl = f.get_string("tokenizer.chat_template", "");
-    if (!rotations && kv.rotation == KvRotation::calibrated) rotations = read_embedded_rotations(f);
+    if (!rotations && wants_rotations) rotations = read_embedded_rotations(f);
   }
   m.chat_template = detect_chat_template(tmpl, arch_name(src->config().arch));
   m.default_system = default_system_message(tmpl);

@@ -23,6 +23,7 @@ struct ModelOptions {
   int threads = 0;         // -t; 0: all cores
   int ctx = 4096;          // -c; KV capacity in tokens (capped by the model's trained context)
   std::string kv = "bf16"; // --kv
+  std::optional<std::string> kv_layers;  // --kv-layers "0-1:int4,27:int8": per-layer types over --kv
   std::string rotations;   // --rotations DIR (RotationZoo files from `oscar calibrate`)
   std::optional<int> kv_group, kv_sink, kv_recent;
   std::optional<float> k_clip, v_clip;
@@ -45,7 +46,8 @@ RotationSet load_rotations(const std::string& path);
 
 // Applies -t, opens the model (GGUF or safetensors), builds the tokenizer. Throws oscar::Error.
 LoadedModel load_model(const ModelOptions& o);
-KvSpec kv_spec_from(const ModelOptions& o);
+// --kv and its flags as a spec; with --kv-layers, n_layers > 0 also range-checks the items.
+KvSpec kv_spec_from(const ModelOptions& o, int n_layers = 0);
 
 // Feeds the prompt, then samples up to n_predict tokens, calling on_token for each new
 // one (return false to stop). Stops at an end-of-generation token, which is not passed on.

@@ -147,6 +147,55 @@ TEST(MixedAttention, DecodeEqualsReferenceForEveryKind) {
   }
 }
 
+// Per-layer precision (--kv-layers): a 4-layer cache of bf16 (raw bf16 history), int8,
+// int2 and int4 layers. Each layer's decode (and prefill, for its last query) equals the
+// reference over that layer's own dequantized cache (1e-5 decode, 1e-4 prefill, as above).
+TEST(MixedAttention, PerLayerFormatsEachEqualTheirReference) {
+  KvSpec spec = mixed_spec(KvQuant::int2, 4, 8, 5, 64, true);
+  spec.layer_types = parse_kv_layers("0:bf16,1:int8,3:int4", 4);
+  spec.validate();
+  for (int d : {64, 128}) {
+    const AttentionShape s{6, 2, d};
+    const KvShape shape{4, 2, d};
+    auto [kf, vf] = make_history_formats(spec, shape, nullptr);
+    ASSERT_EQ(kf[0].quant, KvQuant::bf16_raw);
+    ASSERT_EQ(kf[2].quant, KvQuant::int2);
+    for (int64_t n : {5, 13, 21, 300, 1100}) {
+      KvCache cache(shape, spec, n + 64, kf, vf);
+      const SeqId seq = cache.add_sequence();
+      const int64_t row = 2LL * d, qrow = 6LL * d;
+      std::vector<std::vector<float>> k(4), v(4);
+      ASSERT_TRUE(cache.reserve(seq, n));
+      for (int l = 0; l < 4; ++l) {
+        k[size_t(l)] = test::random_vector(size_t(n * row), uint64_t(n * 7 + l + d), -2, 2);
+        v[size_t(l)] = test::random_vector(size_t(n * row), uint64_t(n * 7 + l + d + 100));
+        cache.write(l, seq, 0, n, k[size_t(l)].data(), v[size_t(l)].data());
+        cache.demote(l, seq, n);
+      }
+      const auto q = test::random_vector(size_t(qrow), uint64_t(n + d), -2, 2);
+      std::vector<float> pre_all(size_t(4 * qrow), NAN);
+      for (int l = 0; l < 4; ++l)  // prefill of the last position, before commit (as the model runs)
+        attention_prefill(s, cache, l, seq, q.data(), 1, n - 1, pre_all.data() + l * qrow);
+      cache.commit(seq, n);
+      for (int l = 0; l < 4; ++l) {
+        SCOPED_TRACE(::testing::Message() << "layer " << l << " d " << d << " n " << n);
+        const auto k_ref = expected_kv(spec, &kf[size_t(l)], k[size_t(l)], 2, d, n);
+        const auto v_ref = expected_kv(spec, &vf[size_t(l)], v[size_t(l)], 2, d, n);
+        std::vector<float> ref(static_cast<size_t>(qrow)), got(static_cast<size_t>(qrow), NAN);
+        attention_ref(s, q.data(), 1, n - 1, k_ref.data(), v_ref.data(), n, ref.data());
+        attention_decode(s, cache.view(l, seq, n), q.data(), got.data());
+        EXPECT_LE(test::max_rel_error(got.data(), ref.data(), ref.size()), kDecodeRelTol) << "decode";
+        EXPECT_LE(test::max_rel_error(pre_all.data() + l * qrow, ref.data(), ref.size()), 1e-4) << "prefill";
+      }
+      if (n == 1100) {  // the layers really differ: int2 is far from the bf16 layer's exact history
+        const auto k2 = expected_kv(spec, &kf[2], k[2], 2, d, n);
+        const auto k2_bf16 = expected_kv(spec, &kf[0], k[2], 2, d, n);
+        EXPECT_GT(test::max_rel_error(k2.data(), k2_bf16.data(), k2.size()), 0.05);
+      }
+    }
+  }
+}
+
 // Prefill of n queries at positions p .. p+n−1 (after a prefix of p tokens committed in one
 // step) against decode at each position of a second cache written one token at a time
 // (write → demote → decode → commit, as transformer.cpp runs a step). ≤ 1e-4 relative.

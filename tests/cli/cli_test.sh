@@ -42,6 +42,14 @@ if [[ -f "$OSCAR_MODEL" ]]; then
   head -c 3000000 "$OSCAR_MODEL" > "$tmp/truncated.gguf"
   check "truncated GGUF" nonzero "error: .*(exceeds|truncated|beyond|past)" "$bin" run -m "$tmp/truncated.gguf" -p hi
   check "bad --kv" nonzero "unknown KV cache type" "$bin" run -m "$OSCAR_MODEL" -p hi --kv int3
+  check "bad --kv-layers (empty item)" nonzero "error: --kv-layers: item 2 of '0-1:int4,,27:int8' is empty" \
+    "$bin" run -m "$OSCAR_MODEL" -p hi --kv int2 --kv-layers "0-1:int4,,27:int8"
+  check "bad --kv-layers (out of range)" nonzero "error: --kv-layers item '30:int8': layer 30 out of range \(the model has 30 layers" \
+    "$bin" run -m "$OSCAR_MODEL" -p hi --kv int2 --kv-layers "30:int8"
+  check "bad --kv-layers (kivi2)" nonzero "error: --kv-layers item '3:kivi2': kivi2 cannot be mixed" \
+    "$bin" run -m "$OSCAR_MODEL" -p hi --kv int2 --kv-layers "3:kivi2"
+  check "ppl with --kv-layers" 0 "KV cache bits per element at 512 tokens: [0-9.]+ \(int2\+layers\(0-1:int4,27:int8\)" \
+    "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 512 --chunks 1 --kv int2 --kv-layers "0-1:int4,27:int8"
   check "bad --top-p" nonzero "top_p" "$bin" run -m "$OSCAR_MODEL" -p hi --top-p 1.5
   check "missing ppl text" nonzero "" "$bin" ppl -m "$OSCAR_MODEL" -f "$tmp/none.txt"
   check "inspect" 0 "272 tensors" "$bin" inspect --no-tensors "$OSCAR_MODEL"

@@ -5,6 +5,7 @@
 
 #include "oscar/core/error.h"
 #include "oscar/eval/kv_error.h"
+#include "oscar/eval/kv_stats.h"
 #include "oscar/kv/history_formats.h"
 #include "../test_util.h"
 
@@ -91,6 +92,30 @@ TEST(KvError, RelativeL2) {
   EXPECT_DOUBLE_EQ(relative_l2_error(a, ref), 0.2);
   EXPECT_DOUBLE_EQ(relative_l2_error(z, z), 0.0);
   EXPECT_THROW(relative_l2_error(std::vector<float>{1}, ref), Error);
+}
+
+}  // namespace
+}  // namespace oscar
+
+namespace oscar {
+namespace {
+
+TEST(KvStats, RowStatistics) {
+  // Two rows of d = 4: (1, 1, 1, 1) and (4, 0, 0, 0): rms over all = sqrt(20/8),
+  // max/rms per row 1 and 4/2 = 2; channel RMS² = (17, 1, 1, 1)/2 → outlier sqrt(17).
+  const std::vector<float> rows{1, 1, 1, 1, 4, 0, 0, 0};
+  const std::vector<float> bias{1, 0, 0, 1};
+  const RowStats s = row_stats(rows.data(), 2, 4, 4, bias);
+  EXPECT_NEAR(s.rms, std::sqrt(20.0 / 8), 1e-12);
+  EXPECT_NEAR(s.max_over_rms, 1.5, 1e-12);
+  EXPECT_NEAR(s.channel_outlier, std::sqrt(17.0), 1e-12);
+  EXPECT_NEAR(s.bias_share, 2.0 / 10.0, 1e-12);
+  // A Hadamard rotation spreads the outlier row evenly: (4,0,0,0)·H/2 = (2,2,2,2).
+  const std::vector<float> H{0.5f, 0.5f, 0.5f, 0.5f, 0.5f, -0.5f, 0.5f, -0.5f,
+                             0.5f, 0.5f, -0.5f, -0.5f, 0.5f, -0.5f, -0.5f, 0.5f};
+  const RowStats r = row_stats(rows.data(), 2, 4, 4, {}, H.data());
+  EXPECT_NEAR(r.rms, s.rms, 1e-6);
+  EXPECT_NEAR(r.max_over_rms, (2.0 + 1.0) / 2, 1e-6);  // (1,1,1,1)·H = (2,0,0,0): ratio 2
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "../mixed_cache_util.h"
 #include "../test_util.h"
+#include "oscar/core/error.h"
 #include "oscar/model/transformer.h"
 
 namespace oscar {
@@ -130,6 +131,42 @@ TEST(RotationAbsorb, AbsorbedEqualsUnabsorbedEqualsUnrotated) {
     EXPECT_GT(test::max_rel_error(wv1.data(), wv0.data(), wv0.size()), 0.1);
     EXPECT_EQ(runtime.weights().layers[0].wv, wv0);
   }
+}
+
+// --kv-layers with OSCAR on some layers only: R_V is absorbed into exactly those layers'
+// W_v / W_o (the others keep their weights), and absorbed equals run-time rotation
+// (≤ 1e-4, as above). Layer 0 is int8 without rotation, layer 1 int2-oscar.
+TEST(RotationAbsorb, PerLayerAbsorbsOnlyOscarLayers) {
+  const RotationSet rs = random_rotations(2, 16, false, 91);
+  KvSpec spec = KvSpec::parse("int2-oscar");
+  spec.layer_types = parse_kv_layers("0:int8", 2);
+  spec.sink = 2;
+  spec.recent = 4;
+  spec.group = 16;
+  Transformer plain(tiny_model(false, 5));
+  Transformer absorbed(tiny_model(false, 5)), runtime(tiny_model(false, 5));
+  absorbed.configure_kv(spec, &rs, /*absorb_v=*/true);
+  runtime.configure_kv(spec, &rs, /*absorb_v=*/false);
+  EXPECT_EQ(absorbed.weights().layers[0].wv, plain.weights().layers[0].wv);
+  EXPECT_EQ(absorbed.weights().layers[0].wo, plain.weights().layers[0].wo);
+  const auto& wv0 = plain.weights().layers[1].wv;
+  EXPECT_GT(test::max_rel_error(absorbed.weights().layers[1].wv.data(), wv0.data(), wv0.size()), 0.1);
+  const std::vector<float> a = run_logits(absorbed), r = run_logits(runtime);
+  ASSERT_EQ(a.size(), r.size());
+  EXPECT_LE(test::max_rel_error(a.data(), r.data(), a.size()), 1e-4);
+  // A calibrated layer without rotations is refused, naming the mix.
+  Transformer none(tiny_model(false, 5));
+  try {
+    none.configure_kv(spec, nullptr);
+    ADD_FAILURE() << "no error without rotations";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("int2-oscar+layers(0:int8)"), std::string::npos) << e.what();
+  }
+  // All layers overridden away from OSCAR: no rotations needed.
+  KvSpec no_oscar = spec;
+  no_oscar.layer_types = parse_kv_layers("0-1:int4", 2);
+  Transformer t(tiny_model(false, 5));
+  EXPECT_NO_THROW(t.configure_kv(no_oscar, nullptr));
 }
 
 }  // namespace

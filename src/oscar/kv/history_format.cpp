@@ -5,6 +5,7 @@
 #include "oscar/kv/kivi_codec.h"
 #include "oscar/kv/lloyd_max.h"
 #include "oscar/kv/quant_codec.h"
+#include "oscar/ops/convert.h"
 
 namespace oscar {
 
@@ -28,15 +29,24 @@ KiviKeyParams kivi_params(const HistoryFormat& f) {
 
 bool exact_centroids(const HistoryFormat& f) { return f.quant == KvQuant::int2_lloyd_max_exact; }
 
+// bf16_raw: a row is head_dim bf16 values, no scale (a bf16 layer of a per-layer mixed cache).
+bool raw(const HistoryFormat& f) { return f.quant == KvQuant::bf16_raw; }
+size_t raw_row_bytes(const HistoryFormat& f) { return size_t(f.head_dim) * sizeof(bf16); }
+const bf16* raw_row(const HistoryFormat& f, const uint8_t* block, int row) {
+  return reinterpret_cast<const bf16*>(block + size_t(row) * raw_row_bytes(f));
+}
+
 }  // namespace
 
 
 size_t HistoryFormat::block_bytes() const {
+  if (raw(*this)) return size_t(block_tokens) * raw_row_bytes(*this);
   if (per_channel) return kivi_key_block_bytes(kivi_params(*this));
   return size_t(block_tokens) * quant_row_bytes(row_params(*this));
 }
 
 double HistoryFormat::bits_per_element() const {
+  if (raw(*this)) return 16.0;
   if (per_channel) return kivi_key_bits_per_element(kivi_params(*this));
   return oscar::bits_per_element(row_params(*this));
 }
@@ -45,6 +55,11 @@ void history_store(const HistoryFormat& f, uint8_t* block, int row0, int n, cons
   if (f.per_channel) {
     OSCAR_CHECK(row0 == 0 && n == f.block_tokens, "per-channel history stores whole blocks ({} rows at {})", n, row0);
     kivi_quantize_key_block(kivi_params(f), rows, block);
+    return;
+  }
+  if (raw(f)) {
+    bf16* out = reinterpret_cast<bf16*>(block + size_t(row0) * raw_row_bytes(f));
+    f32_to_bf16(rows, out, int64_t(n) * f.head_dim);
     return;
   }
   const QuantParams p = row_params(f);
@@ -64,6 +79,7 @@ void history_store(const HistoryFormat& f, uint8_t* block, int row0, int n, cons
 
 void history_load(const HistoryFormat& f, const uint8_t* block, int row, float* out) {
   if (f.per_channel) return kivi_dequantize_key_row(kivi_params(f), block, row, out);
+  if (raw(f)) return bf16_to_f32(raw_row(f, block, row), out, f.head_dim);
   const QuantParams p = row_params(f);
   const uint8_t* in = block + size_t(row) * quant_row_bytes(p);
   if (exact_centroids(f)) return dequantize_row_lloyd_max_exact(p, in, out);
@@ -78,6 +94,13 @@ float history_dot(const HistoryFormat& f, const uint8_t* block, int row, const f
     for (int c = 0; c < f.head_dim; ++c) acc += q[c] * r[c];
     return acc;
   }
+  if (raw(f)) {
+    float r[kQuantMaxHeadDim];
+    bf16_to_f32(raw_row(f, block, row), r, f.head_dim);
+    float acc = 0.0f;
+    for (int c = 0; c < f.head_dim; ++c) acc += q[c] * r[c];
+    return acc;
+  }
   const QuantParams p = row_params(f);
   const uint8_t* in = block + size_t(row) * quant_row_bytes(p);
   if (exact_centroids(f)) return dot_row_lloyd_max_exact(p, q, in);
@@ -86,6 +109,12 @@ float history_dot(const HistoryFormat& f, const uint8_t* block, int row, const f
 
 void history_axpy(const HistoryFormat& f, const uint8_t* block, int row, float a, float* acc) {
   OSCAR_CHECK(!f.per_channel, "per-channel formats hold keys only");
+  if (raw(f)) {
+    float r[kQuantMaxHeadDim];
+    bf16_to_f32(raw_row(f, block, row), r, f.head_dim);
+    for (int c = 0; c < f.head_dim; ++c) acc[c] += a * r[c];
+    return;
+  }
   const QuantParams p = row_params(f);
   const uint8_t* in = block + size_t(row) * quant_row_bytes(p);
   if (exact_centroids(f)) return axpy_row_lloyd_max_exact(p, a, in, acc);

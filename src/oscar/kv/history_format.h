@@ -1,7 +1,7 @@
 // How the history rows of one side (K or V) of one layer are stored, and the row
 // operations attention needs on them. A history block holds `block_tokens` rows of one
 // KV head; per-token codecs store rows independently, KIVI keys store a whole block
-// per channel. The byte layouts are in docs/kv-layout.md.
+// per channel; bf16_raw stores rows as plain bf16. The byte layouts are in docs/kv-layout.md.
 #pragma once
 #include <cstddef>
 #include <cstdint>

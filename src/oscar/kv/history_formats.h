@@ -1,5 +1,7 @@
-// Per-layer history formats for a KV spec: group clamped to head_dim, clip ratios from
-// the spec or, when a calibrated rotation set is given, from its per-layer values.
+// Per-layer history formats for a KV spec: group clamped to head_dim; each layer's type
+// from spec.layer_quant (a bf16 layer of a mixed cache: bf16_raw rows); clip ratios from
+// the spec (the layer's type) or, for layers with calibrated rotations when a rotation
+// set is given, from its per-layer values.
 #pragma once
 #include <utility>
 #include <vector>

@@ -1,6 +1,7 @@
 #include "oscar/kv/kv_spec.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "oscar/core/error.h"
 
@@ -15,8 +16,145 @@ const char* kv_quant_name(KvQuant q) {
     case KvQuant::int2_lloyd_max: return "int2_lloyd_max";
     case KvQuant::int2_lloyd_max_exact: return "int2_lloyd_max_exact";
     case KvQuant::kivi2: return "kivi2";
+    case KvQuant::bf16_raw: return "bf16_raw";
   }
   return "?";
+}
+
+std::string KvLayerType::item() const {
+  return first == last ? fmt::format("{}:{}", first, type) : fmt::format("{}-{}:{}", first, last, type);
+}
+
+namespace {
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool parse_layer(std::string_view s, int* out) {
+  s = trim(s);
+  if (s.empty() || s.size() > 6) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+constexpr const char* kLayerTypes =
+    "bf16, int8, int4, int2, int2-hadamard, int2-oscar, int2-oscar-lloydmax, int2-oscar-lloydmax-exact";
+}  // namespace
+
+std::vector<KvLayerType> parse_kv_layers(std::string_view text, int n_layers) {
+  std::vector<KvLayerType> out;
+  if (trim(text).empty()) fail("--kv-layers: empty list (want e.g. \"0-1:int4,27:int8\")");
+  size_t pos = 0;
+  for (int index = 1;; ++index) {
+    const size_t comma = text.find(',', pos);
+    const std::string_view item = trim(text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos));
+    if (item.empty()) fail("--kv-layers: item {} of '{}' is empty", index, text);
+    const size_t colon = item.find(':');
+    if (colon == std::string_view::npos)
+      fail("--kv-layers item '{}': expected LAYERS:TYPE (e.g. 0-1:int4 or 27:int8)", item);
+    const std::string_view range = trim(item.substr(0, colon)), type = trim(item.substr(colon + 1));
+    KvLayerType t;
+    const size_t dash = range.find('-');
+    const bool ok = dash == std::string_view::npos
+                        ? parse_layer(range, &t.first) && (t.last = t.first, true)
+                        : parse_layer(range.substr(0, dash), &t.first) && parse_layer(range.substr(dash + 1), &t.last);
+    if (!ok) fail("--kv-layers item '{}': bad layers '{}' (want N or A-B, layer numbers from 0)", item, range);
+    if (t.first > t.last) fail("--kv-layers item '{}': range {}-{} is reversed", item, t.first, t.last);
+    if (n_layers > 0 && t.last >= n_layers)
+      fail("--kv-layers item '{}': layer {} out of range (the model has {} layers, 0-{})", item, t.last, n_layers,
+           n_layers - 1);
+    if (type == "kivi2")
+      fail("--kv-layers item '{}': kivi2 cannot be mixed per layer (it changes the demotion step of the whole cache)", item);
+    if (type == "f32")
+      fail("--kv-layers item '{}': f32 cannot be mixed per layer (it changes the full-precision dtype of the whole cache)",
+           item);
+    KvSpec s;
+    try {
+      s = KvSpec::parse(type);
+    } catch (const Error&) {
+      fail("--kv-layers item '{}': unknown KV type '{}' (valid per layer: {})", item, type, kLayerTypes);
+    }
+    t.type = std::string(type);
+    t.quant = s.quant;
+    t.rotation = s.rotation;
+    t.k_clip = s.k_clip;
+    t.v_clip = s.v_clip;
+    out.push_back(std::move(t));
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  std::stable_sort(out.begin(), out.end(), [](const KvLayerType& a, const KvLayerType& b) { return a.first < b.first; });
+  for (size_t i = 1; i < out.size(); ++i)
+    if (out[i].first <= out[i - 1].last)
+      fail("--kv-layers items '{}' and '{}' overlap (layer {})", out[i - 1].item(), out[i].item(), out[i].first);
+  return out;
+}
+
+namespace {
+const KvLayerType* find_layer(const std::vector<KvLayerType>& v, int l) {
+  for (const KvLayerType& t : v)
+    if (l >= t.first && l <= t.last) return &t;
+  return nullptr;
+}
+}  // namespace
+
+bool KvSpec::quantized() const {
+  if (quant != KvQuant::none) return true;
+  for (const KvLayerType& t : layer_types)
+    if (t.quant != KvQuant::none) return true;
+  return false;
+}
+
+std::string KvSpec::name() const {
+  if (layer_types.empty()) return mode;
+  std::string s = mode + "+layers(";
+  for (size_t i = 0; i < layer_types.size(); ++i) {
+    if (i) s += ',';
+    s += layer_types[i].item();
+  }
+  return s + ")";
+}
+
+KvQuant KvSpec::layer_quant(int l) const {
+  const KvLayerType* t = find_layer(layer_types, l);
+  return t ? t->quant : quant;
+}
+KvRotation KvSpec::layer_rotation(int l) const {
+  const KvLayerType* t = find_layer(layer_types, l);
+  return t ? t->rotation : rotation;
+}
+float KvSpec::layer_k_clip(int l) const {
+  const KvLayerType* t = find_layer(layer_types, l);
+  return t ? t->k_clip : k_clip;
+}
+float KvSpec::layer_v_clip(int l) const {
+  const KvLayerType* t = find_layer(layer_types, l);
+  return t ? t->v_clip : v_clip;
+}
+std::string KvSpec::layer_mode(int l) const {
+  const KvLayerType* t = find_layer(layer_types, l);
+  return t ? t->type : mode;
+}
+
+bool KvSpec::uses_rotation(KvRotation r, int n_layers) const {
+  for (int l = 0; l < n_layers; ++l)
+    if (layer_rotation(l) == r) return true;
+  return false;
+}
+
+KvSpec KvSpec::layer_spec(int l) const {
+  KvSpec s = *this;
+  s.layer_types.clear();
+  s.mode = layer_mode(l);
+  s.quant = layer_quant(l);
+  s.rotation = layer_rotation(l);
+  s.k_clip = layer_k_clip(l);
+  s.v_clip = layer_v_clip(l);
+  return s;
 }
 
 int KvSpec::bits() const {
@@ -28,6 +166,7 @@ int KvSpec::bits() const {
     case KvQuant::int2_lloyd_max:
     case KvQuant::int2_lloyd_max_exact:
     case KvQuant::kivi2: return 2;
+    case KvQuant::bf16_raw: return 16;
   }
   return 0;
 }
@@ -81,6 +220,28 @@ void KvSpec::validate() const {
   if (!(k_clip >= 0.0f && k_clip <= 1.0f)) fail("--k-clip {} must lie in [0, 1]", k_clip);
   if (!(v_clip >= 0.0f && v_clip <= 1.0f)) fail("--v-clip {} must lie in [0, 1]", v_clip);
   if (quant == KvQuant::kivi2 && (kivi_tokens <= 0 || kivi_tokens > 1024)) fail("KIVI token group {} out of range", kivi_tokens);
+  if (!layer_types.empty()) {
+    if (quant == KvQuant::kivi2)
+      fail("--kv kivi2 cannot be mixed with --kv-layers (KIVI changes the demotion step of the whole cache)");
+    if (dtype == KvDtype::f32)
+      fail("--kv f32 cannot be mixed with --kv-layers (f32 changes the full-precision dtype of the whole cache)");
+    for (const KvLayerType& t : layer_types) {
+      if (t.quant == KvQuant::kivi2 || t.quant == KvQuant::bf16_raw || t.first < 0 || t.first > t.last)
+        fail("--kv-layers item '{}' is not a valid per-layer type", t.item());
+      if (!(t.k_clip >= 0.0f && t.k_clip <= 1.0f)) fail("--k-clip {} must lie in [0, 1]", t.k_clip);
+      if (!(t.v_clip >= 0.0f && t.v_clip <= 1.0f)) fail("--v-clip {} must lie in [0, 1]", t.v_clip);
+    }
+    for (size_t i = 1; i < layer_types.size(); ++i)
+      if (layer_types[i].first <= layer_types[i - 1].last)
+        fail("--kv-layers items '{}' and '{}' overlap", layer_types[i - 1].item(), layer_types[i].item());
+  }
+}
+
+void KvSpec::validate_layers(int n_layers) const {
+  for (const KvLayerType& t : layer_types)
+    if (t.last >= n_layers)
+      fail("--kv-layers item '{}': layer {} out of range (the model has {} layers, 0-{})", t.item(), t.last, n_layers,
+           n_layers - 1);
 }
 
 }  // namespace oscar

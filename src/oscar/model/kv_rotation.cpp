@@ -37,6 +37,55 @@ KvRotator KvRotator::calibrated(const RotationSet& rs, bool v_absorbed) {
   return r;
 }
 
+KvRotator KvRotator::for_spec(const KvSpec& spec, int n_layers, int head_dim, const RotationSet* rs, bool v_absorbed) {
+  const bool cal = spec.uses_rotation(KvRotation::calibrated, n_layers);
+  const bool had = spec.uses_rotation(KvRotation::hadamard, n_layers);
+  if (cal && rs == nullptr)
+    fail("KV type '{}' needs calibrated rotations (--rotations DIR|GGUF, made by `oscar calibrate`)", spec.name());
+  if (!spec.mixed()) {
+    if (cal) return calibrated(*rs, v_absorbed);
+    if (had) return hadamard(n_layers, head_dim);
+    return KvRotator();
+  }
+  KvRotator r;
+  if (had) hadamard_check_dim(head_dim);
+  if (cal) {
+    rs->validate();
+    if (rs->head_dim != head_dim || int(rs->layers.size()) != n_layers)
+      fail("rotations are for {} layers of head_dim {}, the model has {} layers of head_dim {}", rs->layers.size(),
+           rs->head_dim, n_layers, head_dim);
+  }
+  r.kind_ = Kind::none;
+  r.v_absorbed_ = v_absorbed;
+  r.head_dim_ = head_dim;
+  r.rk_.resize(size_t(n_layers));
+  r.rv_.resize(size_t(n_layers));
+  r.rv_t_.resize(size_t(n_layers));
+  for (int l = 0; l < n_layers; ++l) {
+    const KvRotation k = spec.layer_rotation(l);
+    r.layer_kinds_.push_back(k == KvRotation::hadamard ? Kind::hadamard : k == KvRotation::calibrated ? Kind::matrices : Kind::none);
+    if (k != KvRotation::calibrated) continue;
+    const LayerRotation& lr = rs->layers[size_t(l)];
+    r.rk_[size_t(l)] = lr.k_rotation;
+    r.rv_[size_t(l)] = lr.v_rotation;
+    if (!lr.v_rotation.empty()) {
+      const int d = head_dim;
+      std::vector<float>& t = r.rv_t_[size_t(l)];
+      t.resize(size_t(d) * size_t(d));
+      for (int i = 0; i < d; ++i)
+        for (int j = 0; j < d; ++j) t[size_t(j * d + i)] = lr.v_rotation[size_t(i * d + j)];
+    }
+  }
+  return r;
+}
+
+bool KvRotator::active() const {
+  if (layer_kinds_.empty()) return kind_ != Kind::none;
+  for (Kind k : layer_kinds_)
+    if (k != Kind::none) return true;
+  return false;
+}
+
 namespace {
 void apply(const std::vector<float>& R, int d, float* x, int64_t n_rows) {
   if (R.empty()) return;  // identity
@@ -49,18 +98,21 @@ void apply(const std::vector<float>& R, int d, float* x, int64_t n_rows) {
 }  // namespace
 
 void KvRotator::rotate_k(int layer, float* x, int64_t n_rows) const {
-  if (kind_ == Kind::hadamard) return hadamard_transform_rows(x, n_rows, head_dim_);  // H symmetric: x·H = Hx
-  if (kind_ == Kind::matrices) apply(rk_[size_t(layer)], head_dim_, x, n_rows);
+  const Kind k = kind(layer);
+  if (k == Kind::hadamard) return hadamard_transform_rows(x, n_rows, head_dim_);  // H symmetric: x·H = Hx
+  if (k == Kind::matrices) apply(rk_[size_t(layer)], head_dim_, x, n_rows);
 }
 
 void KvRotator::rotate_v(int layer, float* x, int64_t n_rows) const {
-  if (kind_ == Kind::hadamard) return hadamard_transform_rows(x, n_rows, head_dim_);
-  if (kind_ == Kind::matrices && !v_absorbed_) apply(rv_[size_t(layer)], head_dim_, x, n_rows);
+  const Kind k = kind(layer);
+  if (k == Kind::hadamard) return hadamard_transform_rows(x, n_rows, head_dim_);
+  if (k == Kind::matrices && !v_absorbed_) apply(rv_[size_t(layer)], head_dim_, x, n_rows);
 }
 
 void KvRotator::unrotate_o(int layer, float* x, int64_t n_rows) const {
-  if (kind_ == Kind::hadamard) return hadamard_transform_rows(x, n_rows, head_dim_);  // H⁻¹ = Hᵀ = H
-  if (kind_ == Kind::matrices && !v_absorbed_) apply(rv_t_[size_t(layer)], head_dim_, x, n_rows);
+  const Kind k = kind(layer);
+  if (k == Kind::hadamard) return hadamard_transform_rows(x, n_rows, head_dim_);  // H⁻¹ = Hᵀ = H
+  if (k == Kind::matrices && !v_absorbed_) apply(rv_t_[size_t(layer)], head_dim_, x, n_rows);
 }
 
 }  // namespace oscar

@@ -18,8 +18,11 @@ class KvRotator {
   static KvRotator hadamard(int n_layers, int head_dim);
   // v_absorbed: the model's W_v / W_o already carry R_V (see absorb_v_rotation).
   static KvRotator calibrated(const RotationSet& rs, bool v_absorbed);
+  // Per layer, what spec.layer_rotation(l) names: none, Hadamard, or rs's matrices (rs is
+  // needed when some layer is calibrated; v_absorbed applies to those layers only).
+  static KvRotator for_spec(const KvSpec& spec, int n_layers, int head_dim, const RotationSet* rs, bool v_absorbed);
 
-  bool active() const { return kind_ != Kind::none; }
+  bool active() const;
   bool v_absorbed() const { return v_absorbed_; }
 
   // x: [n_rows, head_dim] in place.
@@ -29,7 +32,9 @@ class KvRotator {
 
  private:
   enum class Kind { none, hadamard, matrices };
+  Kind kind(int layer) const { return layer_kinds_.empty() ? kind_ : layer_kinds_[size_t(layer)]; }
   Kind kind_ = Kind::none;
+  std::vector<Kind> layer_kinds_;  // per layer when mixed; empty: kind_ for every layer
   bool v_absorbed_ = false;
   int head_dim_ = 0;
   std::vector<std::vector<float>> rk_, rv_, rv_t_;  // per layer [d, d]; empty: identity

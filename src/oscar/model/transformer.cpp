@@ -22,19 +22,31 @@ void Transformer::configure_kv(const KvSpec& spec, const RotationSet* rotations,
   OSCAR_CHECK(!rotation_.active(), "configure_kv called again after rotations were applied");
   spec.validate();
   const ModelConfig& c = config();
-  if (spec.rotation == KvRotation::calibrated && rotations == nullptr)
-    fail("KV type '{}' needs calibrated rotations (--rotations DIR|GGUF, made by `oscar calibrate`)", spec.mode);
-  if (spec.rotation == KvRotation::hadamard) rotation_ = KvRotator::hadamard(c.n_layers, c.head_dim);
-  if (spec.rotation == KvRotation::calibrated) {
-    if (rotations->head_dim != c.head_dim || int(rotations->layers.size()) != c.n_layers)
-      fail("rotations are for {} layers of head_dim {}, the model has {} layers of head_dim {}",
-           rotations->layers.size(), rotations->head_dim, c.n_layers, c.head_dim);
-    if (absorb_v) absorb_v_rotation(w_, *rotations);
-    rotation_ = KvRotator::calibrated(*rotations, absorb_v);
+  spec.validate_layers(c.n_layers);
+  const bool calibrated = spec.uses_rotation(KvRotation::calibrated, c.n_layers);
+  if (calibrated && rotations == nullptr)
+    fail("KV type '{}' needs calibrated rotations (--rotations DIR|GGUF, made by `oscar calibrate`)", spec.name());
+  if (calibrated && (rotations->head_dim != c.head_dim || int(rotations->layers.size()) != c.n_layers))
+    fail("rotations are for {} layers of head_dim {}, the model has {} layers of head_dim {}",
+         rotations->layers.size(), rotations->head_dim, c.n_layers, c.head_dim);
+  // With --kv-layers only the OSCAR layers take the set's matrices: the others' are
+  // dropped (empty = identity), so R_V is absorbed into those layers' W_v / W_o alone.
+  std::optional<RotationSet> masked;
+  if (calibrated && spec.mixed()) {
+    masked = *rotations;
+    for (int l = 0; l < c.n_layers; ++l)
+      if (spec.layer_rotation(l) != KvRotation::calibrated) {
+        masked->layers[size_t(l)].k_rotation.clear();
+        masked->layers[size_t(l)].v_rotation.clear();
+      }
   }
+  const RotationSet* rs = !calibrated ? nullptr : masked ? &*masked : rotations;
+  KvRotator rotator = KvRotator::for_spec(spec, c.n_layers, c.head_dim, rs, absorb_v);  // checks before absorbing
+  if (rs && absorb_v) absorb_v_rotation(w_, *rs);
+  rotation_ = std::move(rotator);
   kv_spec_ = spec;
   if (spec.quantized()) {
-    auto [kf, vf] = make_history_formats(spec, kv_shape(), spec.rotation == KvRotation::calibrated ? rotations : nullptr);
+    auto [kf, vf] = make_history_formats(spec, kv_shape(), rs);
     k_formats_ = std::move(kf);
     v_formats_ = std::move(vf);
   }
@@ -49,8 +61,10 @@ void Transformer::forward(KvCache& cache, SeqId seq, std::span<const int32_t> to
   const ModelConfig& c = config();
   const int64_t n = int64_t(tokens.size()), E = c.n_embd;
   OSCAR_CHECK(n > 0, "forward needs at least one token");
-  if (cache.spec().rotation != kv_spec_.rotation)
-    fail("KV cache of type '{}' does not match the model's configured KV type '{}'", cache.spec().mode, kv_spec_.mode);
+  for (int l = 0; l < c.n_layers; ++l)
+    if (cache.spec().layer_rotation(l) != kv_spec_.layer_rotation(l))
+      fail("KV cache of type '{}' does not match the model's configured KV type '{}'", cache.spec().name(),
+           kv_spec_.name());
   const int64_t pos0 = cache.length(seq);
   if (!cache.reserve(seq, n))
     fail("KV cache full: sequence at {} tokens cannot take {} more ({} tokens free)", pos0, n, cache.free_tokens());
