@@ -11,6 +11,8 @@
 #include "common.h"
 #include "oscar/core/error.h"
 #include "oscar/eval/kv_error.h"
+#include "oscar/eval/kv_stats.h"
+#include "oscar/kv/hadamard.h"
 #include "oscar/formats/gguf.h"
 #include "oscar/kv/history_formats.h"
 #include "oscar/kv/rotation_gguf.h"
@@ -22,6 +24,7 @@ struct EvalKvOptions {
   ModelOptions model;
   std::string file;
   int queries = 256;
+  bool stats = false;
   std::string json_out;
 };
 
@@ -69,6 +72,45 @@ struct ModeResult {
   }
 };
 
+// Per layer, averaged over KV heads: what the K and V rows look like to a per-row
+// quantizer before and after each rotation (see kv_stats.h).
+void print_row_stats(const Transformer& model, const QkvRecorder& rec, int64_t n, const RotationSet* rs) {
+  const ModelConfig& c = model.config();
+  const int d = c.head_dim;
+  const int64_t stride = int64_t(c.n_kv_heads) * d;
+  std::vector<float> H(size_t(d) * size_t(d), 0.0f);  // explicit normalized Hadamard, for row_stats
+  for (int i = 0; i < d; ++i) {
+    H[size_t(i) * size_t(d) + size_t(i)] = 1.0f;
+    hadamard_transform_rows(H.data() + size_t(i) * size_t(d), 1, d);
+  }
+  fmt::print("K and V rows per layer (mean over {} KV heads; max/rms: mean over rows of max|x| / rms(x); "
+             "outlier: max / median channel RMS; bias: ‖b_k‖² / mean ‖k‖²)\n\n", c.n_kv_heads);
+  fmt::print("| layer | K rms | K bias share | K outlier | K max/rms | K max/rms Hadamard | K max/rms OSCAR | V max/rms | V max/rms OSCAR |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|\n");
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerQkv& x = rec.layer(l);
+    const std::vector<float>& bk = model.weights().layers[size_t(l)].bk;
+    const LayerRotation* lr = rs ? &rs->layers[size_t(l)] : nullptr;
+    RowStats k{}, kh{}, ko{}, v{}, vo{};
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      const std::span<const float> bias = bk.empty() ? std::span<const float>() : std::span<const float>(bk.data() + h * d, size_t(d));
+      auto add = [](RowStats& acc, const RowStats& s) {
+        acc.rms += s.rms, acc.max_over_rms += s.max_over_rms, acc.channel_outlier += s.channel_outlier, acc.bias_share += s.bias_share;
+      };
+      add(k, row_stats(x.k.data() + h * d, n, stride, d, bias));
+      add(kh, row_stats(x.k.data() + h * d, n, stride, d, {}, H.data()));
+      add(v, row_stats(x.v.data() + h * d, n, stride, d));
+      if (lr && !lr->k_rotation.empty()) add(ko, row_stats(x.k.data() + h * d, n, stride, d, {}, lr->k_rotation.data()));
+      if (lr && !lr->v_rotation.empty()) add(vo, row_stats(x.v.data() + h * d, n, stride, d, {}, lr->v_rotation.data()));
+    }
+    const double nh = c.n_kv_heads;
+    auto opt = [&](const RowStats& s) { return rs ? fmt::format("{:.2f}", s.max_over_rms / nh) : std::string("-"); };
+    fmt::print("| {} | {:.2f} | {:.3f} | {:.1f} | {:.2f} | {:.2f} | {} | {:.2f} | {} |\n", l, k.rms / nh, k.bias_share / nh,
+               k.channel_outlier / nh, k.max_over_rms / nh, kh.max_over_rms / nh, opt(ko), v.max_over_rms / nh, opt(vo));
+  }
+  fmt::print("\n");
+}
+
 int eval_kv(const EvalKvOptions& o, const std::string& modes_flag) {
   ModelOptions mo = o.model;
   mo.kv = "f32";  // the reference trajectory: every format sees the model's own q, k, v
@@ -109,6 +151,7 @@ int eval_kv(const EvalKvOptions& o, const std::string& modes_flag) {
     fmt::print(stderr, "recorded q/k/v of {} layers over {} tokens in {:.1f} s\n", c.n_layers, n, seconds_since(t0));
   }
   m.transformer->set_observer(nullptr);
+  if (o.stats) print_row_stats(*m.transformer, rec, n, rs ? &*rs : nullptr);
 
   const KvSpec f32_spec = KvSpec::parse("f32");
   std::vector<std::vector<float>> reference(size_t(c.n_layers));
@@ -187,6 +230,7 @@ void add_eval_kv_command(CLI::App& app) {
       "types when rotations are available)");
   cmd->add_option("-f,--file", o->file, "text file (first -c tokens are used)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--queries", o->queries, "score the attention output of the last N positions");
+  cmd->add_flag("--stats", o->stats, "also print per-layer K/V row statistics (outliers, bias share, max/RMS after rotation)");
   cmd->add_option("--json", o->json_out, "also write the table as JSON to this file");
   cmd->callback([o, cmd] { eval_kv(*o, cmd->count("--kv") ? o->model.kv : std::string()); });
 }

@@ -79,6 +79,8 @@ if [[ -f "$OSCAR_MODEL" ]]; then
     "$bin" niah -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" --lengths 400 --depths 50
   check "eval-kv table" 0 "\| mean \| 0\.0[0-9]+ \| 0\.[0-9]+ \|" \
     "$bin" eval-kv -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 512 --kv bf16,int2 --queries 32
+  check "eval-kv --stats" 0 "\| 29 \| [0-9.]+ \| 0\.000 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| - \|" \
+    "$bin" eval-kv -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 512 --kv int2 --queries 8 --stats
   check "eval-kv oscar without rotations" nonzero "needs calibrated rotations" \
     "$bin" eval-kv -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 512 --kv int2-oscar
   check "eval-kv bad --queries" nonzero "--queries must be" \
