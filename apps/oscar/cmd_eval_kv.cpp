@@ -13,6 +13,7 @@
 #include "oscar/eval/kv_error.h"
 #include "oscar/eval/kv_stats.h"
 #include "oscar/kv/hadamard.h"
+#include "oscar/ops/rope.h"
 #include "oscar/formats/gguf.h"
 #include "oscar/kv/history_formats.h"
 #include "oscar/kv/rotation_gguf.h"
@@ -158,6 +159,7 @@ int eval_kv(const EvalKvOptions& o, const std::string& modes_flag) {
   for (int l = 0; l < c.n_layers; ++l)
     reference[size_t(l)] = cached_attention(shape, rec.layer(l), n, o.queries, LayerKvFormat{f32_spec, nullptr, nullptr, nullptr, l}).out;
 
+  const RopeFreqs rope = rope_freqs(c);
   std::vector<ModeResult> results;
   for (const KvSpec& spec : specs) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -172,7 +174,16 @@ int eval_kv(const EvalKvOptions& o, const std::string& modes_flag) {
       // layer of a mixed spec runs without history, which bf16_raw rows equal exactly.
       const KvSpec ls = spec.layer_spec(l);
       const bool q = ls.quantized();
-      const LayerKvFormat f{ls, q ? &kf[size_t(l)] : nullptr, q ? &vf[size_t(l)] : nullptr, &rot, l};
+      const std::vector<float>& bk = m.transformer->weights().layers[size_t(l)].bk;
+      std::vector<float> bias_rows;  // RoPE(b_k, p) for every position (--k-bias-split)
+      if (spec.k_bias_split && !bk.empty())
+        for (int64_t p = 0; p < n; ++p) {
+          std::vector<float> b(bk);
+          rope_apply(rope, b.data(), c.n_kv_heads, c.head_dim, p);
+          bias_rows.insert(bias_rows.end(), b.begin(), b.end());
+        }
+      LayerKvFormat f{ls, q ? &kf[size_t(l)] : nullptr, q ? &vf[size_t(l)] : nullptr, &rot, l};
+      f.k_bias_rows = bias_rows.empty() ? nullptr : bias_rows.data();
       const CachedAttention a = cached_attention(shape, rec.layer(l), n, o.queries, f);
       r.layer_error.push_back(relative_l2_error(a.out, reference[size_t(l)]));
       r.bits = a.bits_per_element;

@@ -199,6 +199,37 @@ TEST(MixedAttention, PerLayerFormatsEachEqualTheirReference) {
 // Prefill of n queries at positions p .. p+n−1 (after a prefix of p tokens committed in one
 // step) against decode at each position of a second cache written one token at a time
 // (write → demote → decode → commit, as transformer.cpp runs a step). ≤ 1e-4 relative.
+// key_add (the split-off K bias) in decode, its reference and prefill equals attention
+// over keys with the rows added (≤ kDecodeRelTol, as above).
+TEST(MixedAttention, KeyAddEqualsAddingToTheKeys) {
+  const int kvh = 2, d = 32, gqa = 3;
+  const int64_t n = 100;
+  KvSpec spec = KvSpec::parse("int2");
+  spec.sink = 4;
+  spec.recent = 8;
+  spec.group = d;
+  const AttentionShape s{kvh * gqa, kvh, d};
+  auto f = fill_mixed(spec, kvh, d, n, 31);
+  const auto add = test::random_vector(size_t(n * kvh * d), 32, -3, 3);  // [n, kvh, d]
+  std::vector<float> k_ref = f->k_ref;                                    // [kvh, n, d]
+  for (int h = 0; h < kvh; ++h)
+    for (int64_t t = 0; t < n; ++t)
+      for (int c = 0; c < d; ++c) k_ref[size_t((h * n + t) * d + c)] += add[size_t((t * kvh + h) * d + c)];
+  const auto q = test::random_vector(size_t(s.n_heads * d), 33, -2, 2);
+  const size_t out_n = size_t(s.n_heads * d);
+  std::vector<float> ref(out_n), dec(out_n, NAN), dec_ref(out_n, NAN), pre(out_n, NAN), plain(out_n, NAN);
+  attention_ref(s, q.data(), 1, n - 1, k_ref.data(), f->v_ref.data(), n, ref.data());
+  const KvSeqView view = f->cache.view(0, f->seq, n);
+  attention_decode(s, view, q.data(), dec.data(), add.data());
+  attention_decode_ref(s, view, q.data(), dec_ref.data(), add.data());
+  attention_prefill(s, f->cache, 0, f->seq, q.data(), 1, n - 1, pre.data(), add.data());
+  attention_decode(s, view, q.data(), plain.data());
+  EXPECT_LE(test::max_rel_error(dec.data(), ref.data(), out_n), kDecodeRelTol);
+  EXPECT_LE(test::max_rel_error(dec_ref.data(), ref.data(), out_n), kDecodeRelTol);
+  EXPECT_LE(test::max_rel_error(pre.data(), ref.data(), out_n), kDecodeRelTol);
+  EXPECT_GT(test::max_rel_error(plain.data(), ref.data(), out_n), 1e-2);  // the rows matter
+}
+
 TEST(MixedAttention, PrefillEqualsDecodePerPosition) {
   struct Case {
     KvQuant q;

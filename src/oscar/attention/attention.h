@@ -21,14 +21,20 @@ void attention_ref(const AttentionShape& s, const float* q, int64_t n_q, int64_t
 
 // Prefill/batch path: gathers each KV head of the cached sequence to f32 and runs the
 // scores and the weighted sum through sgemm. Keys are the first q_pos0 + n_q cache rows.
+// key_add (optional): [n_kv, n_kv_heads, d] rows added to every cached key before the
+// scores, in the cache's basis. It carries an exactly known part of k that the cache does
+// not store (the RoPE-rotated QKV bias, see Transformer: --k-bias-split).
 void attention_prefill(const AttentionShape& s, const KvCache& cache, int layer, SeqId seq, const float* q,
-                       int64_t n_q, int64_t q_pos0, float* out);
+                       int64_t n_q, int64_t q_pos0, float* out, const float* key_add = nullptr);
 
 // Decode: one query token over all n_kv rows of `kv`, reading the pages directly.
 // Split over (KV head, key chunk) tasks on the thread pool, merged by online softmax.
 // q, out: [n_heads, d].
-void attention_decode(const AttentionShape& s, const KvSeqView& kv, const float* q, float* out);
+// key_add as for prefill, [kv.n_tokens, n_kv_heads, d].
+void attention_decode(const AttentionShape& s, const KvSeqView& kv, const float* q, float* out,
+                      const float* key_add = nullptr);
 // Scalar reference of the same computation (one pass per head, double accumulation).
-void attention_decode_ref(const AttentionShape& s, const KvSeqView& kv, const float* q, float* out);
+void attention_decode_ref(const AttentionShape& s, const KvSeqView& kv, const float* q, float* out,
+                          const float* key_add = nullptr);
 
 }  // namespace oscar

@@ -11,7 +11,8 @@
 
 namespace oscar {
 
-void attention_decode(const AttentionShape& s, const KvSeqView& kv, const float* q, float* out) {
+void attention_decode(const AttentionShape& s, const KvSeqView& kv, const float* q, float* out,
+                      const float* key_add) {
   const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
   OSCAR_CHECK(group <= kMaxDecodeGroup, "GQA group {} exceeds {}", group, kMaxDecodeGroup);
   OSCAR_CHECK(d <= kMaxDecodeHeadDim && d % 8 == 0, "head_dim {} unsupported by decode attention", d);
@@ -33,10 +34,25 @@ void attention_decode(const AttentionShape& s, const KvSeqView& kv, const float*
   const float scale = 1.0f / std::sqrt(float(d));
   const bool avx2 = use_avx2();
   default_pool().parallel_for(n_tasks, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> score_add;
     for (int64_t task = t0; task < t1; ++task) {
       const int kvh = int(task / n_chunks);
       const auto [begin, end] = ranges[size_t(task % n_chunks)];
       DecodeChunk c{kv, kvh, begin, end, q + int64_t(kvh) * group * d, group, scale};
+      if (key_add) {  // q · key_add for the chunk's keys, added to each score
+        const int64_t n = end - begin;
+        score_add.assign(size_t(group * n), 0.0f);
+        for (int64_t t = 0; t < n; ++t) {
+          const float* a = key_add + ((begin + t) * s.n_kv_heads + kvh) * d;
+          for (int g = 0; g < group; ++g) {
+            const float* qg = c.q + g * d;
+            float dot = 0.0f;
+            for (int i = 0; i < d; ++i) dot += qg[i] * a[i];
+            score_add[size_t(g * n + t)] = dot;
+          }
+        }
+        c.score_add = score_add.data();
+      }
       SoftmaxPartial* pp = part.data() + task * group;
       float* po = part_o.data() + task * group * d;
       if (begin < end && kv.in_history(begin)) {

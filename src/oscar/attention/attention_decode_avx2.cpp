@@ -33,7 +33,7 @@ void decode_chunk_avx2(const DecodeChunk& c, SoftmaxPartial* part, float* part_o
         const __m256 kv8 = load8(c.kv, row, i);
         for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(c.q + g * d + i), kv8, acc[g]);
       }
-      for (int g = 0; g < G; ++g) s[g][t] = hsum8(acc[g]) * c.scale;
+      for (int g = 0; g < G; ++g) s[g][t] = (hsum8(acc[g]) + (c.score_add ? c.score_add[g * n + t0 + t] : 0.0f)) * c.scale;
     }
     // Fold this sub-chunk into the running partial of each query head.
     for (int g = 0; g < G; ++g) {

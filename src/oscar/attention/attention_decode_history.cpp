@@ -17,7 +17,8 @@ void decode_chunk_history(const DecodeChunk& c, SoftmaxPartial* part, float* par
   for (int64_t t = 0; t < n; ++t) {
     int row = 0;
     const uint8_t* kb = c.kv.history_block(c.kv.qk_pool, kf, c.kv_head, c.begin + t, &row);
-    for (int g = 0; g < G; ++g) s[size_t(g * n + t)] = history_dot(kf, kb, row, c.q + g * d) * c.scale;
+    for (int g = 0; g < G; ++g)
+      s[size_t(g * n + t)] = (history_dot(kf, kb, row, c.q + g * d) + (c.score_add ? c.score_add[g * n + t] : 0.0f)) * c.scale;
   }
   for (int g = 0; g < G; ++g) {
     float* sg = s.data() + g * n;

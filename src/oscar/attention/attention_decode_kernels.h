@@ -18,6 +18,7 @@ struct DecodeChunk {
   const float* q;      // [group, head_dim], the group's query heads
   int group;
   float scale;         // 1/sqrt(head_dim)
+  const float* score_add = nullptr;  // [group, end − begin] added to q·k before scaling, or null
 };
 
 // Writes group partials: part[g] and part_o[g * head_dim ...] (unnormalized).

@@ -29,7 +29,7 @@ void decode_chunk_scalar(const DecodeChunk& c, SoftmaxPartial* part, float* part
     for (int g = 0; g < c.group; ++g) {
       float dot = 0.0f;
       for (int i = 0; i < d; ++i) dot += c.q[g * d + i] * row[size_t(i)];
-      s[size_t(g * n + t)] = dot * c.scale;
+      s[size_t(g * n + t)] = (dot + (c.score_add ? c.score_add[g * n + t] : 0.0f)) * c.scale;
     }
   }
   for (int g = 0; g < c.group; ++g) {

@@ -14,7 +14,7 @@
 namespace oscar {
 
 void attention_prefill(const AttentionShape& s, const KvCache& cache, int layer, SeqId seq, const float* q,
-                       int64_t n_q, int64_t q_pos0, float* out) {
+                       int64_t n_q, int64_t q_pos0, float* out, const float* key_add) {
   const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const int64_t n_kv = q_pos0 + n_q;
   const KvSpec& spec = cache.spec();
@@ -34,6 +34,13 @@ void attention_prefill(const AttentionShape& s, const KvCache& cache, int layer,
   for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) {
     cache.gather_fp(layer, seq, kvh, n_kv, k.data(), v.data());
     if (has_history) cache.gather_history(layer, seq, kvh, n_kv, kq.data(), vq.data());
+    if (key_add)
+      for (int64_t t = 0; t < n_kv; ++t) {
+        const float* a = key_add + (t * s.n_kv_heads + kvh) * d;
+        for (int c = 0; c < d; ++c) k[sz(t * d + c)] += a[c];
+        if (has_history && t >= hb && t < he_max)
+          for (int c = 0; c < d; ++c) kq[sz(t * d + c)] += a[c];
+      }
     for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
       for (int64_t i0 = 0; i0 < n_q; i0 += tile) {
         const int64_t m = std::min(tile, n_q - i0);

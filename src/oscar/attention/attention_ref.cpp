@@ -54,7 +54,8 @@ void load_row(const KvSeqView& kv, bool key, int kvh, int64_t t, float* out) {
 }
 }  // namespace
 
-void attention_decode_ref(const AttentionShape& s, const KvSeqView& kv, const float* q, float* out) {
+void attention_decode_ref(const AttentionShape& s, const KvSeqView& kv, const float* q, float* out,
+                          const float* key_add) {
   const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const double scale = 1.0 / std::sqrt(double(d));
   std::vector<double> p(static_cast<size_t>(kv.n_tokens));
@@ -66,6 +67,8 @@ void attention_decode_ref(const AttentionShape& s, const KvSeqView& kv, const fl
       load_row(kv, true, kvh, t, row.data());
       double dot = 0.0;
       for (int c = 0; c < d; ++c) dot += double(q[h * d + c]) * row[size_t(c)];
+      if (key_add)
+        for (int c = 0; c < d; ++c) dot += double(q[h * d + c]) * key_add[(t * s.n_kv_heads + kvh) * d + c];
       p[size_t(t)] = dot * scale;
       m = std::max(m, p[size_t(t)]);
     }

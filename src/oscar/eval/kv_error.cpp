@@ -46,12 +46,18 @@ CachedAttention cached_attention(const AttentionShape& s, const LayerQkv& x, int
     f.rotator->rotate_k(f.layer, k.data(), n_tokens * s.n_kv_heads);
     f.rotator->rotate_v(f.layer, v.data(), n_tokens * s.n_kv_heads);
   }
+  std::vector<float> key_add;
+  if (f.k_bias_rows) {  // as the model does: store k − b(p), add b(p) back in attention
+    key_add.assign(f.k_bias_rows, f.k_bias_rows + n_tokens * kvd);
+    if (rotate) f.rotator->rotate_k(f.layer, key_add.data(), n_tokens * s.n_kv_heads);
+    for (size_t i = 0; i < key_add.size(); ++i) k[i] -= key_add[i];
+  }
   cache.write(0, seq, 0, n_tokens, k.data(), v.data());
   cache.demote(0, seq, n_tokens);
 
   CachedAttention r;
   r.out.resize(size_t(n_queries * qd));
-  attention_prefill(s, cache, 0, seq, q.data(), n_queries, q0, r.out.data());
+  attention_prefill(s, cache, 0, seq, q.data(), n_queries, q0, r.out.data(), key_add.empty() ? nullptr : key_add.data());
   if (rotate) f.rotator->unrotate_o(f.layer, r.out.data(), n_queries * s.n_heads);
   // Only now, as the model does after its last layer: commit releases the fp pages of
   // rows that are history at n_tokens, which earlier queries still read in full precision.

@@ -45,6 +45,9 @@ struct LayerKvFormat {
   const HistoryFormat* v_format = nullptr;
   const KvRotator* rotator = nullptr;
   int layer = 0;  // which of the rotator's layers to use
+  // --k-bias-split: [n_tokens, n_kv_heads, d] RoPE(b_k, p) rows (unrotated), kept out of
+  // the cache and added back at attention time; null: off.
+  const float* k_bias_rows = nullptr;
 };
 
 struct CachedAttention {

@@ -110,13 +110,16 @@ bool KvSpec::quantized() const {
 }
 
 std::string KvSpec::name() const {
-  if (layer_types.empty()) return mode;
-  std::string s = mode + "+layers(";
-  for (size_t i = 0; i < layer_types.size(); ++i) {
-    if (i) s += ',';
-    s += layer_types[i].item();
+  std::string s = mode;
+  if (!layer_types.empty()) {
+    s += "+layers(";
+    for (size_t i = 0; i < layer_types.size(); ++i) {
+      if (i) s += ',';
+      s += layer_types[i].item();
+    }
+    s += ")";
   }
-  return s + ")";
+  return k_bias_split ? s + "+k-bias-split" : s;
 }
 
 KvQuant KvSpec::layer_quant(int l) const {

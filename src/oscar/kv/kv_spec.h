@@ -65,6 +65,9 @@ struct KvSpec {
   int kivi_tokens = 32;           // KIVI key group along tokens (= its demotion step)
   float k_clip = 0.0f;            // quantile clip ratios (0: off); a rotation set may override
   float v_clip = 0.0f;
+  // Keys are stored without the part a QKV bias contributes (RoPE(b_k, p), known exactly
+  // from the position), which attention adds back in full precision (--k-bias-split).
+  bool k_bias_split = false;
   KvRotation rotation = KvRotation::none;
   std::vector<KvLayerType> layer_types;  // --kv-layers overrides (disjoint, sorted); empty: uniform
 

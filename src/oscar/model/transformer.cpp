@@ -124,18 +124,41 @@ void Transformer::attention_block(KvCache& cache, SeqId seq, int layer, int64_t 
     rotation_.rotate_k(layer, k_.data(), n * c.n_kv_heads);
     rotation_.rotate_v(layer, v_.data(), n * c.n_kv_heads);
   }
+  const float* key_add = nullptr;
+  if (kv_spec_.k_bias_split && !l.bk.empty()) {
+    // The cache keeps k − RoPE(b_k, p) (in the rotated basis: both sides times R_K); the
+    // bias part is input-independent, so attention adds it back exactly.
+    key_add = key_bias_rows(layer, pos0 + n);
+    const float* b = key_add + pos0 * kvd;
+    for (int64_t i = 0; i < n * kvd; ++i) k_[size_t(i)] -= b[i];
+  }
   cache.write(layer, seq, pos0, n, k_.data(), v_.data());
   cache.demote(layer, seq, pos0 + n);
 
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim};
   if (n == 1) {
-    attention_decode(shape, cache.view(layer, seq, pos0 + 1), q_.data(), att_.data());
+    attention_decode(shape, cache.view(layer, seq, pos0 + 1), q_.data(), att_.data(), key_add);
   } else {
-    attention_prefill(shape, cache, layer, seq, q_.data(), n, pos0, att_.data());
+    attention_prefill(shape, cache, layer, seq, q_.data(), n, pos0, att_.data(), key_add);
   }
   if (rotation_.active()) rotation_.unrotate_o(layer, att_.data(), n * c.n_heads);
   matmul(att_.data(), l.wo.data(), nullptr, proj_.data(), n, qd, E);
   add_inplace(x_.data(), proj_.data(), n * E);
+}
+
+const float* Transformer::key_bias_rows(int layer, int64_t n_positions) {
+  const ModelConfig& c = config();
+  const int64_t kvd = int64_t(c.n_kv_heads) * c.head_dim;
+  if (key_bias_.empty()) key_bias_.resize(size_t(c.n_layers));
+  std::vector<float>& rows = key_bias_[size_t(layer)];
+  const std::vector<float>& bk = w_.layers[size_t(layer)].bk;
+  for (int64_t p = int64_t(rows.size()) / kvd; p < n_positions; ++p) {
+    std::vector<float> b(bk);
+    rope_apply(rope_, b.data(), c.n_kv_heads, c.head_dim, p);
+    if (rotation_.active()) rotation_.rotate_k(layer, b.data(), c.n_kv_heads);
+    rows.insert(rows.end(), b.begin(), b.end());
+  }
+  return rows.data();
 }
 
 void Transformer::mlp_block(int layer, int64_t n) {

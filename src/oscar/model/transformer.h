@@ -52,6 +52,8 @@ class Transformer {
  private:
   void attention_block(KvCache& cache, SeqId seq, int layer, int64_t pos0, int64_t n);
   void mlp_block(int layer, int64_t n);
+  // Grows layer's RoPE(b_k, p)·R_K table to n_positions rows (--k-bias-split).
+  const float* key_bias_rows(int layer, int64_t n_positions);
 
   ModelWeights w_;
   RopeFreqs rope_;
@@ -59,6 +61,9 @@ class Transformer {
   KvRotator rotation_;
   std::vector<HistoryFormat> k_formats_, v_formats_;
   ForwardObserver* observer_ = nullptr;
+  // Per layer [positions, n_kv_heads, head_dim]: the K bias after RoPE at each position,
+  // in the cache's basis; filled only for layers that split the bias off.
+  std::vector<std::vector<float>> key_bias_;
   // Scratch, sized for the largest batch seen so far.
   std::vector<float> x_, h_, q_, k_, v_, att_, proj_, gate_, up_;
 };
