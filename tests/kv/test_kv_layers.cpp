@@ -104,7 +104,9 @@ TEST(KvLayers, SpecPerLayer) {
   EXPECT_EQ(s.layer_k_clip(27), 0.0f);
   EXPECT_TRUE(s.uses_rotation(KvRotation::calibrated, 30));
   EXPECT_FALSE(s.uses_rotation(KvRotation::calibrated, 2));  // layers 0-1 are int4
-  EXPECT_EQ(s.layer_spec(27).name(), "int8");
+  // The cache-wide key-bias split (on by default for int2-oscar) covers every layer.
+  EXPECT_EQ(s.layer_spec(27).name(), "int8+k-bias-split");
+  EXPECT_TRUE(s.layer_spec(27).k_bias_split);
   EXPECT_EQ(s.layer_spec(27).quant, KvQuant::int8);
   EXPECT_EQ(s.layer_spec(5).name(), "int2-oscar");
   EXPECT_EQ(s.history_end(1000), 1000 - 256);  // windows stay global
@@ -220,6 +222,27 @@ TEST(KvLayers, MixedCacheRowsAndBytes) {
   const double want_bits = 8.0 * want_bytes / (2.0 * 4 * H * d * n);
   EXPECT_NEAR(cache.bits_per_element(seq), want_bits, 1e-12);
   EXPECT_NEAR(want_bits, (12 * 16.0 + 45 * hist_bits / 4) / 57, 1e-12);  // the mix per element, by hand
+}
+
+}  // namespace
+}  // namespace oscar
+
+namespace oscar {
+namespace {
+
+// The key-bias split is ours: on by default for the OSCAR types, off for the baselines,
+// and the printed name says so only when it differs from that default.
+TEST(KvSpecDefaults, KeyBiasSplit) {
+  EXPECT_TRUE(KvSpec::parse("int2-oscar").k_bias_split);
+  EXPECT_TRUE(KvSpec::parse("int2-oscar-lloydmax-exact").k_bias_split);
+  for (const char* m : {"bf16", "int8", "int4", "int2", "int2-hadamard", "kivi2"}) EXPECT_FALSE(KvSpec::parse(m).k_bias_split) << m;
+  KvSpec s = KvSpec::parse("int2-oscar");
+  EXPECT_EQ(s.name(), "int2-oscar");
+  s.k_bias_split = false;
+  EXPECT_EQ(s.name(), "int2-oscar+no-k-bias-split");
+  KvSpec b = KvSpec::parse("int4");
+  b.k_bias_split = true;
+  EXPECT_EQ(b.name(), "int4+k-bias-split");
 }
 
 }  // namespace

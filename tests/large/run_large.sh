@@ -6,7 +6,9 @@
 #   1. greedy: 32 tokens for one prompt, `oscar run --temp 0 --kv f32` must print exactly the
 #      reference's tokens (decoded; up to the first end-of-generation token);
 #   2. perplexity on tests/data/ppl_text.txt, -c 256 --chunks 2 (docs eval-protocol) with the
-#      default KV (bf16; OSCAR_LARGE_PPL_KV="bf16 f32" for both): within 0.5 % of the reference.
+#      default KV (bf16; OSCAR_LARGE_PPL_KV="bf16 f32" for both): within 0.5 % of the reference;
+#   3. the key-bias split on the held-out novel (-c 1024): int4 collapses without it and
+#      stays within 2 % of BF16 with it.
 # Exits 0 with "skipped" unless OSCAR_TEST_LARGE=1, and when the model file is missing
 # (fetch it with scripts/fetch-qwen.sh). About 4 minutes on 2 idle cores (the reference
 # is ~2.5 of them; its result is cached in the work dir and reused while nothing changed).
@@ -117,6 +119,23 @@ for kv in sys.argv[3:]:
           f"n_ctx={c} = {p:.4f} ({rel:+.3f} % vs reference, tolerance {tol} %)")
 sys.exit(0 if ok else 1)
 PY
+# 3. The key-bias split (the fix for Qwen2.5's low-bit keys, docs/results.md): on the
+#    held-out novel at -c 1024 (704 history tokens), int4 without it must be far worse
+#    than BF16 (> 1.5×: the collapse is real) and with it within 2 % of BF16.
+novel="${OSCAR_EVAL_TEXT}"
+if [[ -f "$novel" ]]; then
+  ppl_of() { "$bin" ppl -m "$model" -t "$threads" -f "$novel" -c 1024 --chunks 1 "$@" 2>/dev/null \
+               | sed -n 's/^Final estimate: .* = \([0-9.]*\) +.*/\1/p'; }
+  p_bf16="$(ppl_of --kv bf16)" p_int4="$(ppl_of --kv int4)" p_split="$(ppl_of --kv int4 --k-bias-split)"
+  if "$py" -c "import sys; b,i,s=map(float,sys.argv[1:]); sys.exit(0 if i > 1.5*b and abs(s/b-1) <= 0.02 else 1)" \
+       "$p_bf16" "$p_int4" "$p_split"; then
+    say "ok   key-bias split: PPL bf16 $p_bf16, int4 $p_int4, int4 --k-bias-split $p_split (-c 1024)"
+  else
+    say "FAIL key-bias split: PPL bf16 $p_bf16, int4 $p_int4, int4 --k-bias-split $p_split (-c 1024)"; rc=1
+  fi
+else
+  say "FAIL key-bias split check: held-out text $novel missing (run scripts/setup.sh)"; rc=1
+fi
 say "engine speed (greedy run): $(grep -o 'prompt: .*' "$work/engine_run.err" || true)"
 say "$([[ $rc == 0 ]] && echo PASSED || echo FAILED) in $((SECONDS - t_start)) s (outputs in $work)"
 exit $rc

@@ -119,7 +119,10 @@ std::string KvSpec::name() const {
     }
     s += ")";
   }
-  return k_bias_split ? s + "+k-bias-split" : s;
+  // Only a choice that differs from the type's default is spelled out.
+  const bool default_split = mode.starts_with("int2-oscar");
+  if (k_bias_split != default_split) s += k_bias_split ? "+k-bias-split" : "+no-k-bias-split";
+  return s;
 }
 
 KvQuant KvSpec::layer_quant(int l) const {
@@ -209,6 +212,9 @@ KvSpec KvSpec::parse(std::string_view kv) {
     s.rotation = KvRotation::calibrated;
     s.k_clip = 0.96f;  // the published recipe; a rotation set's per-layer values override
     s.v_clip = 0.92f;
+    // Ours, not the reference's: a QKV bias stays out of the quantized keys (it is what
+    // breaks low-bit keys on Qwen2.5; docs/results.md). No effect on models without one.
+    s.k_bias_split = true;
   } else {
     fail("unknown KV cache type '{}' (valid: bf16, f32, int8, int4, int2, int2-hadamard, kivi2, int2-oscar, "
          "int2-oscar-lloydmax, int2-oscar-lloydmax-exact)", kv);
