@@ -3,7 +3,8 @@
 # --kl-divergence) of every KV format on the held-out novel, with effective bits per
 # element at the evaluated length. Writes a Markdown table and JSON rows.
 #   bench/kv_modes.sh CTX CHUNKS OUT_PREFIX [MODEL] [ROTATIONS]
-# OSCAR_KV_MODES overrides the list (a mode written "int4+k-bias-split" adds that flag); the BF16 base run is stored once per model, ctx and
+# OSCAR_KV_MODES overrides the list ("int4+k-bias-split" / "int2-oscar+no-k-bias-split" add
+# that flag); the BF16 base run is stored once per model, ctx and
 # chunk count under $OSCAR_CACHE/kld/ and reused.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -37,9 +38,12 @@ for kv in $modes; do
     ppl="$(sed -n 's/^Final estimate: .* = \([0-9.]*\) +.*/\1/p' <<<"$log")"
     log+=$'\nMean PPL(Q)/PPL(base) : 1.000000 +/- 0.000000\nMean    KLD: 0.000000 +/- 0.000000\n99.0%   KLD: 0.000000\nSame top p: 100.000'
   else
-    extra=()
-    [[ $kv == *+k-bias-split ]] && extra=(--k-bias-split)
-    log="$("$bin" ppl -m "$model" -c "$ctx" --chunks "$chunks" --kv "${kv%+k-bias-split}" "${extra[@]}" \
+    extra=() base_kv="$kv"
+    case "$kv" in
+      *+no-k-bias-split) extra=(--no-k-bias-split) base_kv="${kv%+no-k-bias-split}" ;;
+      *+k-bias-split) extra=(--k-bias-split) base_kv="${kv%+k-bias-split}" ;;
+    esac
+    log="$("$bin" ppl -m "$model" -c "$ctx" --chunks "$chunks" --kv "$base_kv" "${extra[@]}" \
            --rotations "$rot" --kl-divergence-base "$base" --kl-divergence 2>&1)" || { echo "$log" | tail -3; exit 1; }
     ppl="$(field 'Mean PPL(Q)' 1)"
   fi

@@ -55,12 +55,13 @@ PerplexityResult perplexity(Transformer& model, std::span<const int32_t> tokens,
     std::copy_n(tokens.begin() + int64_t(c) * N, N, chunk.begin());
     if (opt.bos_id >= 0) chunk[0] = opt.bos_id;
     cache.clear_sequence(seq);
-    model.forward(cache, seq, chunk, LogitsFor::all, logits);
+    const int first = N / 2;  // only the scored half needs logits (the LM head is large)
+    model.forward(cache, seq, chunk, LogitsFor::all, logits, first);
     r.kv_bits_per_element = cache.bits_per_element(seq);
     r.kv_bytes = cache.bytes_used(seq);
     NllStats chunk_stats;
     for (int j = N / 2; j <= N - 2; ++j) {
-      const std::span<const float> row(logits.data() + int64_t(j) * n_vocab, size_t(n_vocab));
+      const std::span<const float> row(logits.data() + int64_t(j - first) * n_vocab, size_t(n_vocab));
       const double nll = token_nll(row, chunk[size_t(j + 1)]);
       if (on_scored) on_scored(row, chunk[size_t(j + 1)]);
       stats.add(nll);

@@ -57,7 +57,7 @@ KvCache Transformer::make_cache(int64_t capacity_tokens) const {
 }
 
 void Transformer::forward(KvCache& cache, SeqId seq, std::span<const int32_t> tokens, LogitsFor which,
-                          std::vector<float>& logits) {
+                          std::vector<float>& logits, int64_t logits_from) {
   const ModelConfig& c = config();
   const int64_t n = int64_t(tokens.size()), E = c.n_embd;
   OSCAR_CHECK(n > 0, "forward needs at least one token");
@@ -91,7 +91,8 @@ void Transformer::forward(KvCache& cache, SeqId seq, std::span<const int32_t> to
   }
   cache.commit(seq, n);
 
-  const int64_t first = which == LogitsFor::last ? n - 1 : 0, rows = n - first;
+  OSCAR_CHECK(logits_from >= 0 && logits_from < n, "logits_from {} outside [0, {})", logits_from, n);
+  const int64_t first = which == LogitsFor::last ? n - 1 : logits_from, rows = n - first;
   rmsnorm(x_.data() + first * E, w_.output_norm.data(), h_.data(), rows, E, c.rms_eps);
   logits.resize(size_t(rows * c.n_vocab));
   matmul(h_.data(), w_.output_matrix(), nullptr, logits.data(), rows, E, c.n_vocab);

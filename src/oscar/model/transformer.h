@@ -45,9 +45,10 @@ class Transformer {
 
   // Runs `tokens` at positions cache.length(seq) ... for sequence `seq`; reserves pages
   // (throws oscar::Error when the cache is full) and commits the tokens.
-  // logits: [1, n_vocab] for LogitsFor::last, [n, n_vocab] for LogitsFor::all.
+  // logits: [1, n_vocab] for LogitsFor::last, [n − logits_from, n_vocab] for LogitsFor::all
+  // (rows for tokens logits_from … n − 1: perplexity needs only the scored half).
   void forward(KvCache& cache, SeqId seq, std::span<const int32_t> tokens, LogitsFor which,
-               std::vector<float>& logits);
+               std::vector<float>& logits, int64_t logits_from = 0);
 
  private:
   void attention_block(KvCache& cache, SeqId seq, int layer, int64_t pos0, int64_t n);
