@@ -32,9 +32,12 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool with_ctx) {
   cmd.add_option("--kv-recent", o.kv_recent, "tokens kept BF16 at the end (default 256)");
   cmd.add_option("--k-clip", o.k_clip, "key clip ratio in [0, 1] (quantile of |x| per row; 0: off)");
   cmd.add_option("--v-clip", o.v_clip, "value clip ratio in [0, 1]");
-  cmd.add_flag("--k-bias-split,!--no-k-bias-split", o.k_bias_split,
-               "store keys without their QKV-bias part RoPE(b_k, pos) and add it back exactly at attention time "
-               "(default: on for int2-oscar*, off for the baselines)");
+  // Two plain flags: CLI11 fills an optional<bool> behind a negated flag even when neither
+  // is given, which silently turned the int2-oscar default off.
+  auto* split = cmd.add_flag("--k-bias-split", o.k_bias_split,
+                             "store keys without their QKV-bias part RoPE(b_k, pos) and add it back exactly at "
+                             "attention time (default: on for int2-oscar*, off for the baselines)");
+  cmd.add_flag("--no-k-bias-split", o.no_k_bias_split, "keep the QKV bias inside the quantized keys")->excludes(split);
   cmd.add_flag("-v,--verbose", o.verbose, "print loading details");
 }
 
@@ -57,7 +60,8 @@ KvSpec kv_spec_from(const ModelOptions& o, int n_layers) {
   // --k-clip / --v-clip apply to every layer, as they would to a whole-model run of its type.
   if (o.k_clip) s.k_clip = *o.k_clip;
   if (o.v_clip) s.v_clip = *o.v_clip;
-  if (o.k_bias_split) s.k_bias_split = *o.k_bias_split;
+  if (o.k_bias_split) s.k_bias_split = true;
+  if (o.no_k_bias_split) s.k_bias_split = false;
   for (KvLayerType& t : s.layer_types) {
     if (o.k_clip) t.k_clip = *o.k_clip;
     if (o.v_clip) t.v_clip = *o.v_clip;

@@ -27,7 +27,7 @@ struct ModelOptions {
   std::string rotations;   // --rotations DIR (RotationZoo files from `oscar calibrate`)
   std::optional<int> kv_group, kv_sink, kv_recent;
   std::optional<float> k_clip, v_clip;
-  std::optional<bool> k_bias_split;  // --k-bias-split / --no-k-bias-split (default: on for int2-oscar*)
+  bool k_bias_split = false, no_k_bias_split = false;  // override the type's default (on for int2-oscar*)
   bool verbose = false;
 };
 

@@ -81,6 +81,14 @@ if [[ -f "$OSCAR_MODEL" ]]; then
     "$bin" eval-kv -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 512 --kv bf16,int2 --queries 32
   check "eval-kv --stats" 0 "\| 29 \| [0-9.]+ \| 0\.000 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| - \|" \
     "$bin" eval-kv -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 512 --kv int2 --queries 8 --stats
+  check "calibrate (tiny)" 0 "wrote 30 layers" \
+    "$bin" calibrate -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" --tokens 128 --prompts 2 -o "$tmp/rot"
+  check "int2-oscar splits the key bias by default" 0 "KV int2-oscar$" \
+    "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 64 --chunks 1 --kv int2-oscar --rotations "$tmp/rot"
+  check "--no-k-bias-split is reported" 0 "KV int2-oscar\+no-k-bias-split$" \
+    "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 64 --chunks 1 --kv int2-oscar --rotations "$tmp/rot" --no-k-bias-split
+  check "--k-bias-split on a baseline is reported" 0 "KV int4\+k-bias-split$" \
+    "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 64 --chunks 1 --kv int4 --k-bias-split
   check "eval-kv oscar without rotations" nonzero "needs calibrated rotations" \
     "$bin" eval-kv -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 512 --kv int2-oscar
   check "eval-kv bad --queries" nonzero "--queries must be" \
