@@ -62,14 +62,6 @@ class CovarianceObserver : public ForwardObserver {
   std::vector<std::vector<float>> k_, v_;  // per layer [tokens, n_kv_heads, head_dim]
 };
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read calibration text '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void progress(const char* what, int done, int total, double secs) {
   const int width = 30, filled = total ? width * done / total : width;
   fmt::print(stderr, "\r{} [{}{}] {}/{} prompts, {:.1f} s", what, std::string(size_t(filled), '#'),
@@ -88,7 +80,7 @@ int calibrate(const CalibrateOptions& o) {
   mo.v_clip.reset();
   LoadedModel m = load_model(mo);
   const ModelConfig& c = m.transformer->config();
-  const std::vector<int32_t> ids = m.tokenizer->encode(read_text(o.text_file), false, false);
+  const std::vector<int32_t> ids = m.tokenizer->encode(read_text_file(o.text_file, "calibration text "), false, false);
   const int64_t n_used = std::min<int64_t>(o.tokens, int64_t(ids.size()));
   const int64_t per_prompt = n_used / o.prompts;
   if (per_prompt < 2) fail("calibration text '{}' has only {} tokens for {} prompts", o.text_file, ids.size(), o.prompts);

@@ -41,14 +41,6 @@ std::vector<std::string> split_modes(const std::string& s) {
   return out;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Rotations from --rotations, else the ones embedded in the model's GGUF, else none.
 std::optional<RotationSet> find_rotations(const ModelOptions& o) {
   std::optional<RotationSet> rs;
@@ -134,7 +126,7 @@ int eval_kv(const EvalKvOptions& o, const std::string& modes_flag) {
     fail("rotations are for {} layers of head_dim {}, the model has {} layers of head_dim {}", rs->layers.size(),
          rs->head_dim, c.n_layers, c.head_dim);
 
-  std::vector<int32_t> ids = m.tokenizer->encode(read_text(o.file), m.tokenizer->add_bos(), false);
+  std::vector<int32_t> ids = m.tokenizer->encode(read_text_file(o.file), m.tokenizer->add_bos(), false);
   const int64_t n = std::min<int64_t>(o.model.ctx, c.n_ctx_train > 0 ? c.n_ctx_train : o.model.ctx);
   if (int64_t(ids.size()) < n) fail("'{}' has {} tokens, fewer than -c {}", o.file, ids.size(), n);
   if (o.queries < 1 || o.queries > n) fail("--queries must be in [1, {}], got {}", n, o.queries);

@@ -34,14 +34,6 @@ struct NiahOptions {
 
 constexpr int kMaxNew = 12;  // a 7-digit number and its full stop take well under 12 tokens
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The generated text on one progress line.
 std::string one_line(std::string s) {
   std::string out;
@@ -88,7 +80,7 @@ int niah(const NiahOptions& o) {
   for (double d : o.depths)
     if (!(d >= 0.0 && d <= 100.0)) fail("niah: --depths: {} is outside 0..100 (percent)", d);
   if (o.trials < 1) fail("niah: --trials must be at least 1, got {}", o.trials);
-  std::string text = read_file(o.haystack);
+  std::string text = read_text_file(o.haystack);
   if (text.empty()) fail("niah: haystack file '{}' is empty", o.haystack);
 
   LoadedModel m = load_model(o.model);

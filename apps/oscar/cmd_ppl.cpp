@@ -26,14 +26,6 @@ struct PplOptions {
   bool ctx_given = false;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void print_kld_summary(const KldSummary& s) {
   fmt::print("\n====== Perplexity statistics ======\n");
   fmt::print("Mean PPL(Q)                   : {:10.6f}\n", s.ppl);
@@ -72,7 +64,7 @@ int ppl(PplOptions o) {
     tokens.assign(base->tokens().begin(), base->tokens().end());  // BOS already in place
     fmt::print(stderr, "KL divergence against '{}': {} chunks of {} tokens\n", o.kld_base, base->n_chunks(), base->n_ctx());
   } else {
-    const std::string text = read_file(o.file);
+    const std::string text = read_text_file(o.file);
     const auto t0 = std::chrono::steady_clock::now();
     tokens = m.tokenizer->encode(text, false, false);
     fmt::print(stderr, "tokenized {} bytes into {} tokens in {:.2f} s\n", text.size(), tokens.size(), seconds_since(t0));

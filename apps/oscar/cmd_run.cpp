@@ -24,16 +24,8 @@ struct RunOptions {
   bool no_display_prompt = false;
 };
 
-std::string read_prompt_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read prompt file '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 int run(RunOptions o) {
-  if (!o.prompt_file.empty()) o.prompt = read_prompt_file(o.prompt_file) + o.prompt;
+  if (!o.prompt_file.empty()) o.prompt = read_text_file(o.prompt_file, "prompt file ") + o.prompt;
   if (o.prompt.empty()) fail("give a prompt with -p or -f");
   LoadedModel m = load_model(o.model);
   std::string text = o.prompt;

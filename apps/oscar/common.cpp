@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "oscar/core/error.h"
 #include "oscar/core/thread_pool.h"
@@ -162,6 +164,14 @@ std::string Utf8Stream::push(const std::string& bytes) {
 }
 
 std::string Utf8Stream::flush() { return std::exchange(pending_, {}); }
+
+std::string read_text_file(const std::string& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read {}'{}'", what, path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 std::string format_bytes(int64_t bytes) {
   if (bytes >= (1LL << 30)) return fmt::format("{:.2f} GiB", double(bytes) / (1LL << 30));

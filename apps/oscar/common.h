@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "oscar/kv/kv_cache.h"
@@ -68,6 +69,9 @@ class Utf8Stream {
  private:
   std::string pending_;
 };
+
+// The whole file as bytes; throws oscar::Error "cannot read <what>'<path>'".
+std::string read_text_file(const std::string& path, std::string_view what = "");
 
 std::string format_bytes(int64_t bytes);
 void print_kv_memory(const KvCache& cache, SeqId seq);
