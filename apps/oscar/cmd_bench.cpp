@@ -53,9 +53,7 @@ int bench(const BenchOptions& o) {
                     {"n_gen", o.n_gen}, {"prefill_tokens_per_s", best_pp}, {"decode_tokens_per_s", best_tg}});
   }
   if (!o.json_out.empty()) {
-    std::ofstream out(o.json_out);
-    if (!out) fail("cannot write '{}'", o.json_out);
-    out << rows.dump(2) << "\n";
+    write_json_file(o.json_out, rows);
   }
   return 0;
 }

@@ -215,9 +215,7 @@ int eval_kv(const EvalKvOptions& o, const std::string& modes_flag) {
                         {"modes", nlohmann::json::array()}};
     for (const ModeResult& r : results)
       j["modes"].push_back({{"kv", r.mode}, {"bits_per_element", r.bits}, {"mean_error", r.mean()}, {"layer_error", r.layer_error}});
-    std::ofstream out(o.json_out);
-    if (!out) fail("cannot write '{}'", o.json_out);
-    out << j.dump(2) << "\n";
+    write_json_file(o.json_out, j);
   }
   return 0;
 }

@@ -183,9 +183,7 @@ int niah(const NiahOptions& o) {
                               {"correct", total_correct},
                               {"total", total},
                               {"cells", cells}};
-    std::ofstream out(o.json_out);
-    if (!out) fail("cannot write '{}'", o.json_out);
-    out << j.dump(2) << "\n";
+    write_json_file(o.json_out, j);
   }
   return 0;
 }

@@ -173,6 +173,12 @@ std::string read_text_file(const std::string& path, std::string_view what) {
   return ss.str();
 }
 
+void write_json_file(const std::string& path, const nlohmann::json& j) {
+  std::ofstream out(path);
+  if (!out) fail("cannot write '{}'", path);
+  out << j.dump(2) << "\n";
+}
+
 std::string format_bytes(int64_t bytes) {
   if (bytes >= (1LL << 30)) return fmt::format("{:.2f} GiB", double(bytes) / (1LL << 30));
   if (bytes >= (1LL << 20)) return fmt::format("{:.2f} MiB", double(bytes) / (1LL << 20));

@@ -2,6 +2,7 @@
 // the generation loop, and UTF-8-safe streaming of token pieces.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <functional>
@@ -72,6 +73,9 @@ class Utf8Stream {
 
 // The whole file as bytes; throws oscar::Error "cannot read <what>'<path>'".
 std::string read_text_file(const std::string& path, std::string_view what = "");
+
+// Writes j indented, with a final newline; throws oscar::Error "cannot write '<path>'".
+void write_json_file(const std::string& path, const nlohmann::json& j);
 
 std::string format_bytes(int64_t bytes);
 void print_kv_memory(const KvCache& cache, SeqId seq);
