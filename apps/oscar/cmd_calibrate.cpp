@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "calibrate_tune.h"
 #include "commands.h"
 #include "common.h"
 #include "oscar/calib/rotation_fit.h"
@@ -28,6 +29,7 @@ struct CalibrateOptions {
   int sink = 64, recent = 256;
   std::string k_objective = "qqt_r_h_pbr";
   std::string v_objective = "sst_r_h_pbr";
+  TuneOptions tune;
 };
 
 // Pass 1: feeds each layer's q, k, v to its accumulator and keeps k and v, so that
@@ -73,6 +75,7 @@ int calibrate(const CalibrateOptions& o) {
   const auto t_start = std::chrono::steady_clock::now();
   for (const std::string* obj : {&o.k_objective, &o.v_objective}) split_objective(*obj);  // validates names
   if (o.prompts <= 0 || o.tokens < o.prompts) fail("--tokens {} must be at least --prompts {}", o.tokens, o.prompts);
+  if (o.tune.any()) tune_base_spec(o.model, o.group, o.sink, o.recent, o.group);  // flags first: fail before the slow part
   ModelOptions mo = o.model;
   mo.kv = "bf16";  // calibration sees the model's own (unquantized) attention inputs
   mo.kv_layers.reset();
@@ -135,6 +138,12 @@ int calibrate(const CalibrateOptions& o) {
     spectra.push_back({{"layer", l}, {"k", fk.eigenvalues}, {"v", fv.eigenvalues}});
   }
   rs.validate();
+  nlohmann::json tuned;
+  if (o.tune.any()) {
+    const KvSpec base = tune_base_spec(o.model, o.group, o.sink, o.recent, c.head_dim);
+    tuned = tune_rotations(m, ids, per_prompt * o.prompts, base, o.tune, rs);
+    rs.validate();
+  }
   nlohmann::json extra = {{"model", c.name},
                           {"model_file", std::filesystem::path(o.model.model).filename().string()},
                           {"calibration_text", o.text_file},
@@ -143,6 +152,7 @@ int calibrate(const CalibrateOptions& o) {
                           {"tokens_per_prompt", per_prompt},
                           {"eigenvalue_spectra", spectra},
                           {"seconds", seconds_since(t_start)}};
+  if (o.tune.any()) extra["searches"] = tuned;
   write_rotation_dir(rs, o.out_dir, extra);
   fmt::print(stderr, "wrote {} layers of rotations ({}, {}) to {} in {:.1f} s\n", c.n_layers, o.k_objective,
              o.v_objective, o.out_dir, seconds_since(t_start));
@@ -163,6 +173,7 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--recent", o->recent, "BF16 recent tokens recorded with the rotations");
   cmd->add_option("--k-objective", o->k_objective, "key objective: <ktk|qqt|vtv|sst>_<composition>");
   cmd->add_option("--v-objective", o->v_objective, "value objective");
+  add_tune_options(*cmd, o->tune);
   cmd->callback([o] { calibrate(*o); });
 }
 

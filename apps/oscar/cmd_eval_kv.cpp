@@ -13,9 +13,7 @@
 #include "oscar/eval/kv_error.h"
 #include "oscar/eval/kv_stats.h"
 #include "oscar/kv/hadamard.h"
-#include "oscar/ops/rope.h"
 #include "oscar/formats/gguf.h"
-#include "oscar/kv/history_formats.h"
 #include "oscar/kv/rotation_gguf.h"
 
 namespace oscar::cli {
@@ -118,6 +116,7 @@ int eval_kv(const EvalKvOptions& o, const std::string& modes_flag) {
     ModelOptions so = o.model;
     so.kv = mode;
     specs.push_back(kv_spec_from(so, c.n_layers));  // --kv-layers applies to every compared type
+    apply_calibrated_layer_types(specs.back(), o.model, rs ? &*rs : nullptr, c.n_layers);
     if (specs.back().uses_rotation(KvRotation::calibrated, c.n_layers) && !rs)
       fail("KV type '{}' needs calibrated rotations (--rotations DIR|GGUF, made by `oscar calibrate`)",
            specs.back().name());
@@ -146,42 +145,15 @@ int eval_kv(const EvalKvOptions& o, const std::string& modes_flag) {
   m.transformer->set_observer(nullptr);
   if (o.stats) print_row_stats(*m.transformer, rec, n, rs ? &*rs : nullptr);
 
-  const KvSpec f32_spec = KvSpec::parse("f32");
-  std::vector<std::vector<float>> reference(size_t(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l)
-    reference[size_t(l)] = cached_attention(shape, rec.layer(l), n, o.queries, LayerKvFormat{f32_spec, nullptr, nullptr, nullptr, l}).out;
-
-  const RopeFreqs rope = rope_freqs(c);
+  const KvErrorProbe probe(*m.transformer, rec, n, o.queries);
   std::vector<ModeResult> results;
   for (const KvSpec& spec : specs) {
     const auto t0 = std::chrono::steady_clock::now();
-    const bool cal = spec.uses_rotation(KvRotation::calibrated, c.n_layers);
-    std::vector<HistoryFormat> kf, vf;
-    if (spec.quantized()) std::tie(kf, vf) = make_history_formats(spec, m.transformer->kv_shape(), cal ? &*rs : nullptr);
-    const KvRotator rot = KvRotator::for_spec(spec, c.n_layers, c.head_dim, cal ? &*rs : nullptr, /*v_absorbed=*/false);
     ModeResult r{spec.name(), 0.0, {}};
-    double bits_sum = 0.0;
-    for (int l = 0; l < c.n_layers; ++l) {
-      // Each layer as its own plain spec (with --kv-layers, that layer's type); a bf16
-      // layer of a mixed spec runs without history, which bf16_raw rows equal exactly.
-      const KvSpec ls = spec.layer_spec(l);
-      const bool q = ls.quantized();
-      const std::vector<float>& bk = m.transformer->weights().layers[size_t(l)].bk;
-      std::vector<float> bias_rows;  // RoPE(b_k, p) for every position (--k-bias-split)
-      if (spec.k_bias_split && !bk.empty())
-        for (int64_t p = 0; p < n; ++p) {
-          std::vector<float> b(bk);
-          rope_apply(rope, b.data(), c.n_kv_heads, c.head_dim, p);
-          bias_rows.insert(bias_rows.end(), b.begin(), b.end());
-        }
-      LayerKvFormat f{ls, q ? &kf[size_t(l)] : nullptr, q ? &vf[size_t(l)] : nullptr, &rot, l};
-      f.k_bias_rows = bias_rows.empty() ? nullptr : bias_rows.data();
-      const CachedAttention a = cached_attention(shape, rec.layer(l), n, o.queries, f);
-      r.layer_error.push_back(relative_l2_error(a.out, reference[size_t(l)]));
-      r.bits = a.bits_per_element;
-      bits_sum += a.bits_per_element;
+    for (const KvErrorProbe::LayerResult& lr : probe.all_layers(spec, rs ? &*rs : nullptr)) {
+      r.layer_error.push_back(lr.error);
+      r.bits += lr.bits / c.n_layers;  // the layers' mean (each holds the same elements)
     }
-    if (spec.mixed()) r.bits = bits_sum / c.n_layers;  // the layers' mean (each holds the same elements)
     fmt::print(stderr, "{:<26} mean error {:.4f} ({:.1f} s)\n", r.mode, r.mean(), seconds_since(t0));
     results.push_back(std::move(r));
   }

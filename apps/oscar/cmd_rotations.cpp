@@ -1,10 +1,12 @@
-// oscar rotations: inspect rotation files (orthogonality, clips, spectra) and embed them
-// into a GGUF model so one file carries the model and its OSCAR KV format.
+// oscar rotations: inspect rotation files (orthogonality, clips, spectra), embed them
+// into a GGUF model so one file carries the model and its OSCAR KV format, and tune them
+// (cmd_rotations_tune.cpp).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "calibrate_tune.h"
 #include "commands.h"
 #include "common.h"
 #include "oscar/core/error.h"
@@ -48,6 +50,8 @@ int inspect(const std::string& path) {
                spectrum(l.k_eigenvalues), spectrum(l.v_eigenvalues));
   }
   fmt::print("worst orthogonality error {:.2e}\n", worst);
+  if (!rs.kv_layers.empty())
+    fmt::print("per-layer KV types over int2-oscar (--kv-budget {:.2f} bits): {}\n", rs.kv_budget_bits, rs.kv_layers);
   return 0;
 }
 
@@ -76,6 +80,7 @@ void add_rotations_command(CLI::App& app) {
   emb->add_option("-r,--rotations", *rot, "rotation directory")->required();
   emb->add_option("-o,--out", *out, "output GGUF")->required();
   emb->callback([model, rot, out] { embed(*model, *rot, *out); });
+  add_rotations_tune_command(*cmd);
 }
 
 }  // namespace oscar::cli

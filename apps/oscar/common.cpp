@@ -25,7 +25,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool with_ctx) {
                  "int2-oscar-lloydmax-exact");
   cmd.add_option("--kv-layers", o.kv_layers,
                  "per-layer KV types over --kv, e.g. \"0-1:int4,27:int8\" (ranges inclusive; types bf16 | int8 | int4 | "
-                 "int2 | int2-hadamard | int2-oscar | int2-oscar-lloydmax | int2-oscar-lloydmax-exact)");
+                 "int2 | int2-hadamard | int2-oscar | int2-oscar-lloydmax | int2-oscar-lloydmax-exact); default for "
+                 "int2-oscar*: the per-layer types chosen by `oscar calibrate --kv-budget`, if any; none: uniform");
   cmd.add_option("--rotations", o.rotations,
                  "OSCAR rotations: a directory from `oscar calibrate`, or a GGUF with embedded rotations "
                  "(default for int2-oscar: the model's own, if embedded)");
@@ -55,7 +56,7 @@ void add_sampler_options(CLI::App& cmd, SamplerParams& p) {
 
 KvSpec kv_spec_from(const ModelOptions& o, int n_layers) {
   KvSpec s = KvSpec::parse(o.kv);
-  if (o.kv_layers) s.layer_types = parse_kv_layers(*o.kv_layers, n_layers);
+  if (o.kv_layers && *o.kv_layers != "none") s.layer_types = parse_kv_layers(*o.kv_layers, n_layers);
   if (o.kv_group) s.group = *o.kv_group;
   if (o.kv_sink) s.sink = *o.kv_sink;
   if (o.kv_recent) s.recent = *o.kv_recent;
@@ -70,6 +71,17 @@ KvSpec kv_spec_from(const ModelOptions& o, int n_layers) {
   }
   s.validate();
   return s;
+}
+
+bool apply_calibrated_layer_types(KvSpec& kv, const ModelOptions& o, const RotationSet* rs, int n_layers) {
+  if (o.kv_layers || !rs || rs->kv_layers.empty() || kv.rotation != KvRotation::calibrated) return false;
+  kv.layer_types = parse_kv_layers(rs->kv_layers, n_layers);
+  for (KvLayerType& t : kv.layer_types) {
+    if (o.k_clip) t.k_clip = *o.k_clip;
+    if (o.v_clip) t.v_clip = *o.v_clip;
+  }
+  kv.validate();
+  return true;
 }
 
 LoadedModel load_model(const ModelOptions& o) {
@@ -98,6 +110,9 @@ LoadedModel load_model(const ModelOptions& o) {
   }
   m.chat_template = detect_chat_template(tmpl, arch_name(src->config().arch));
   m.default_system = default_system_message(tmpl);
+  if (apply_calibrated_layer_types(kv, o, rotations ? &*rotations : nullptr, n_layers))
+    fmt::print(stderr, "KV per-layer types from the rotations (calibrated for {:.2f} bits): {} (--kv-layers none: uniform)\n",
+               rotations->kv_budget_bits, rotations->kv_layers);
   m.transformer = std::make_unique<Transformer>(load_model_weights(*src));
   if (rotations && (o.k_clip || o.v_clip))
     for (LayerRotation& l : rotations->layers) {

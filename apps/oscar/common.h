@@ -50,7 +50,11 @@ RotationSet load_rotations(const std::string& path);
 // Applies -t, opens the model (GGUF or safetensors), builds the tokenizer. Throws oscar::Error.
 LoadedModel load_model(const ModelOptions& o);
 // --kv and its flags as a spec; with --kv-layers, n_layers > 0 also range-checks the items.
+// --kv-layers none: uniform, even where the rotations carry per-layer types.
 KvSpec kv_spec_from(const ModelOptions& o, int n_layers = 0);
+// Without --kv-layers, an int2-oscar* spec takes the per-layer types the rotations were
+// calibrated with (`oscar calibrate --kv-budget`). Returns whether it did.
+bool apply_calibrated_layer_types(KvSpec& kv, const ModelOptions& o, const RotationSet* rs, int n_layers);
 
 // Feeds the prompt, then samples up to n_predict tokens, calling on_token for each new
 // one (return false to stop). Stops at an end-of-generation token, which is not passed on.

@@ -89,6 +89,38 @@ if [[ -f "$OSCAR_MODEL" ]]; then
     "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 64 --chunks 1 --kv int2-oscar --rotations "$tmp/rot" --no-k-bias-split
   check "--k-bias-split on a baseline is reported" 0 "KV int4\+k-bias-split$" \
     "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 64 --chunks 1 --kv int4 --k-bias-split
+  # Per-layer precision under a budget (--kv-budget) and per-layer clip ratios (--clip-search):
+  # chosen at calibration, stored with the rotations (directory and GGUF), used by --kv int2-oscar.
+  txt="$here/../data/ppl_text.txt"
+  check "calibrate --kv-budget" 0 "kv budget 3.000 bits: [0-9]" \
+    "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt" --tokens 128 --prompts 2 -o "$tmp/rot_budget" \
+    --kv-budget 3.0 --probe-tokens 512 --probe-queries 32
+  check "budget types are used at run time" 0 "KV int2-oscar\+layers\([0-9]" \
+    "$bin" ppl -m "$OSCAR_MODEL" -f "$txt" -c 64 --chunks 1 --kv int2-oscar --rotations "$tmp/rot_budget"
+  check "--kv-layers none keeps int2-oscar uniform" 0 "KV int2-oscar$" \
+    "$bin" ppl -m "$OSCAR_MODEL" -f "$txt" -c 64 --chunks 1 --kv int2-oscar --rotations "$tmp/rot_budget" --kv-layers none
+  check "rotations inspect shows the budget types" 0 "per-layer KV types over int2-oscar \(--kv-budget 3.00 bits\)" \
+    "$bin" rotations inspect "$tmp/rot_budget"
+  check "embed rotations with budget types" 0 "wrote" \
+    "$bin" rotations embed -m "$OSCAR_MODEL" -r "$tmp/rot_budget" -o "$tmp/with_rot.gguf"
+  check "budget types from an embedded GGUF" 0 "KV int2-oscar\+layers\([0-9]" \
+    "$bin" ppl -m "$tmp/with_rot.gguf" -f "$txt" -c 64 --chunks 1 --kv int2-oscar
+  rm -f "$tmp/with_rot.gguf"
+  check "--kv-budget below int2-oscar's bits" nonzero "below the cheapest choice" \
+    "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt" --tokens 128 --prompts 2 -o "$tmp/rot_low" \
+    --kv-budget 2.0 --probe-tokens 400 --probe-queries 8
+  check "--kv-budget needs an OSCAR type" nonzero "tune an OSCAR KV type" \
+    "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt" --tokens 128 --prompts 2 -o "$tmp/rot_low" --kv int4 --kv-budget 3
+  check "--probe-tokens inside the windows" nonzero "must exceed the BF16 windows" \
+    "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt" --tokens 128 --prompts 2 -o "$tmp/rot_low" --kv-budget 3 --probe-tokens 300
+  check "rotations tune --clip-search" 0 "clip search: mean attention-output error 0\.[0-9]+ -> 0\.[0-9]+" \
+    "$bin" rotations tune -m "$OSCAR_MODEL" --rotations "$tmp/rot" -f "$txt" -o "$tmp/rot_clip" --clip-search \
+    --probe-tokens 512 --probe-queries 32
+  check "tuned clips are kept in the manifest" 0 '"clip_search"' cat "$tmp/rot_clip/manifest.json"
+  check "rotations tune with nothing to tune" nonzero "nothing to tune" \
+    "$bin" rotations tune -m "$OSCAR_MODEL" --rotations "$tmp/rot" -f "$txt" -o "$tmp/rot_x"
+  check "rotations tune onto its input" nonzero "must differ" \
+    "$bin" rotations tune -m "$OSCAR_MODEL" --rotations "$tmp/rot" -f "$txt" -o "$tmp/rot" --clip-search
   check "eval-kv oscar without rotations" nonzero "needs calibrated rotations" \
     "$bin" eval-kv -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 512 --kv int2-oscar
   check "eval-kv bad --queries" nonzero "--queries must be" \

@@ -50,6 +50,18 @@ TEST(RotationGguf, EmbedAndReadBack) {
   EXPECT_FLOAT_EQ(back->layers[1].k_clip, 0.91f);
   EXPECT_NE(with.find_tensor("token_embd.weight"), nullptr);  // the model is all still there
   EXPECT_THROW(embed_rotations(with, rs, (dir / "twice.gguf").string()), Error);
+  EXPECT_EQ(back->kv_layers, "");
+
+  // Per-layer KV types from --kv-budget travel in the metadata.
+  rs.kv_layers = "1:int4";
+  rs.kv_budget_bits = 3.25;
+  embed_rotations(model, rs, (dir / "typed.gguf").string());
+  const auto typed = read_embedded_rotations(gguf::GgufFile::open((dir / "typed.gguf").string()));
+  ASSERT_TRUE(typed.has_value());
+  EXPECT_EQ(typed->kv_layers, "1:int4");
+  EXPECT_DOUBLE_EQ(typed->kv_budget_bits, 3.25);
+  rs.kv_layers = "2:int4";  // layer 2 of a 2-layer set
+  EXPECT_THROW(embed_rotations(model, rs, (dir / "bad.gguf").string()), Error);
   fs::remove_all(dir);
 }
 

@@ -179,6 +179,34 @@ TEST(RotationIo, WriteReadRoundTrip) {
   EXPECT_EQ(c.v_objective, "vtv_plain");
   EXPECT_EQ(c.layers[2].k_rotation, rs.layers[2].k_rotation);
   EXPECT_EQ(c.layers[0].k_clip, default_k_clip);
+  EXPECT_EQ(c.kv_layers, "");
+}
+
+TEST(RotationIo, PerLayerKvTypesRoundTripAndBadOnesAreRefused) {
+  TempDir t("kv_layers");
+  RotationSet rs = sample_set(16, 3);
+  rs.kv_layers = "0:int8,2:int4";
+  rs.kv_budget_bits = 3.5;
+  write_rotation_dir(rs, t.path.string());
+  const RotationSet back = read_rotation_dir(t.path.string());
+  EXPECT_EQ(back.kv_layers, "0:int8,2:int4");
+  EXPECT_DOUBLE_EQ(back.kv_budget_bits, 3.5);
+
+  // A hand-edited manifest naming a layer the rotations do not have is refused by name.
+  std::ifstream in(t.path / "manifest.json");
+  auto m = nlohmann::json::parse(in);
+  in.close();
+  m["kv_layers"] = "0-5:int4";
+  std::ofstream(t.path / "manifest.json") << m.dump();
+  try {
+    read_rotation_dir(t.path.string());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kv_layers"), std::string::npos) << e.what();
+  }
+  m["kv_layers"] = 7;
+  std::ofstream(t.path / "manifest.json") << m.dump();
+  EXPECT_THROW(read_rotation_dir(t.path.string()), Error);
 }
 
 pt::Value layer_entry(int id, std::vector<int64_t> shape) {

@@ -3,7 +3,9 @@
 #include <cmath>
 
 #include "oscar/core/error.h"
+#include "oscar/kv/history_formats.h"
 #include "oscar/kv/kv_cache.h"
+#include "oscar/ops/rope.h"
 
 namespace oscar {
 
@@ -63,6 +65,48 @@ CachedAttention cached_attention(const AttentionShape& s, const LayerQkv& x, int
   // rows that are history at n_tokens, which earlier queries still read in full precision.
   cache.commit(seq, n_tokens);
   r.bits_per_element = cache.bits_per_element(seq);
+  return r;
+}
+
+KvErrorProbe::KvErrorProbe(const Transformer& model, const QkvRecorder& rec, int64_t n_tokens, int64_t n_queries)
+    : model_(model), rec_(rec), n_(n_tokens), queries_(n_queries) {
+  const ModelConfig& c = model.config();
+  shape_ = AttentionShape{c.n_heads, c.n_kv_heads, c.head_dim};
+  OSCAR_CHECK(n_queries >= 1 && n_queries <= n_tokens, "queries {} must be in [1, {}]", n_queries, n_tokens);
+  const KvSpec f32 = KvSpec::parse("f32");
+  const RopeFreqs rope = rope_freqs(c);
+  for (int l = 0; l < c.n_layers; ++l) {
+    OSCAR_CHECK(rec.tokens(l) >= n_tokens, "layer {}: {} recorded tokens, fewer than {}", l, rec.tokens(l), n_tokens);
+    reference_.push_back(cached_attention(shape_, rec.layer(l), n_, queries_, LayerKvFormat{f32, nullptr, nullptr, nullptr, l}).out);
+    std::vector<float> rows;
+    const std::vector<float>& bk = model.weights().layers[size_t(l)].bk;
+    if (!bk.empty()) append_rope_rows(rope, bk.data(), c.n_kv_heads, c.head_dim, 0, n_, rows);
+    bias_rows_.push_back(std::move(rows));
+  }
+}
+
+KvErrorProbe::LayerResult KvErrorProbe::layer(const KvSpec& spec, const RotationSet* rs, int l) const {
+  const ModelConfig& c = model_.config();
+  // The layer as its own plain spec; a bf16 layer of a mixed spec runs without history,
+  // which its bf16_raw rows equal exactly.
+  const KvSpec ls = spec.layer_spec(l);
+  const bool calibrated = ls.rotation == KvRotation::calibrated;
+  if (calibrated && !rs) fail("KV type '{}' needs calibrated rotations", ls.name());
+  std::vector<HistoryFormat> kf, vf;
+  if (ls.quantized()) std::tie(kf, vf) = make_history_formats(ls, model_.kv_shape(), calibrated ? rs : nullptr);
+  const KvRotator rot = KvRotator::for_spec(ls, c.n_layers, c.head_dim, calibrated ? rs : nullptr, /*v_absorbed=*/false);
+  LayerKvFormat f{ls, ls.quantized() ? &kf[size_t(l)] : nullptr, ls.quantized() ? &vf[size_t(l)] : nullptr, &rot, l};
+  const std::vector<float>& bias = bias_rows_[size_t(l)];
+  if (spec.k_bias_split && !bias.empty()) f.k_bias_rows = bias.data();
+  const CachedAttention a = cached_attention(shape_, rec_.layer(l), n_, queries_, f);
+  const double history_bits = ls.quantized() ? (kf[size_t(l)].bits_per_element() + vf[size_t(l)].bits_per_element()) / 2
+                                             : 8.0 * ls.fp_bytes_per_element();
+  return {relative_l2_error(a.out, reference_[size_t(l)]), a.bits_per_element, history_bits};
+}
+
+std::vector<KvErrorProbe::LayerResult> KvErrorProbe::all_layers(const KvSpec& spec, const RotationSet* rs) const {
+  std::vector<LayerResult> r;
+  for (int l = 0; l < model_.config().n_layers; ++l) r.push_back(layer(spec, rs, l));
   return r;
 }
 

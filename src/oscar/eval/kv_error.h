@@ -60,6 +60,35 @@ struct CachedAttention {
 CachedAttention cached_attention(const AttentionShape& s, const LayerQkv& x, int64_t n_tokens, int64_t n_queries,
                                  const LayerKvFormat& f);
 
+// Per-layer errors of whole KV specs on one recorded pass: the f32 reference outputs and
+// the RoPE(b_k, p) rows (for --k-bias-split) are computed once, then any number of specs
+// (or one layer of a spec, as a clip or precision search needs) are measured against them.
+class KvErrorProbe {
+ public:
+  KvErrorProbe(const Transformer& model, const QkvRecorder& rec, int64_t n_tokens, int64_t n_queries);
+
+  struct LayerResult {
+    double error = 0.0;  // relative L2 of the attention output against f32
+    double bits = 0.0;   // the one-layer cache's effective bits per element at n_tokens
+    double history_bits = 0.0;  // bits per element of its history rows (K and V mean): the long-context cost
+  };
+  // Layer l of `spec` (with --kv-layers, that layer's type). rs: the rotations, needed
+  // when the layer is calibrated (its clip ratios are rs's).
+  LayerResult layer(const KvSpec& spec, const RotationSet* rs, int l) const;
+  std::vector<LayerResult> all_layers(const KvSpec& spec, const RotationSet* rs) const;
+
+  int64_t n_tokens() const { return n_; }
+  int64_t n_queries() const { return queries_; }
+
+ private:
+  const Transformer& model_;
+  const QkvRecorder& rec_;
+  int64_t n_, queries_;
+  AttentionShape shape_;
+  std::vector<std::vector<float>> reference_;  // per layer [n_queries, n_heads, d]
+  std::vector<std::vector<float>> bias_rows_;  // per layer [n, n_kv_heads, d]; empty: no K bias
+};
+
 // ‖a − ref‖₂ / ‖ref‖₂ in double; 0 when both are zero.
 double relative_l2_error(std::span<const float> a, std::span<const float> ref);
 

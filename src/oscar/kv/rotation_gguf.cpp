@@ -68,6 +68,10 @@ void embed_rotations(const gguf::GgufFile& model, const RotationSet& rs, const s
   }
   w.set("oscar.k_clip", f32_array(kc));
   w.set("oscar.v_clip", f32_array(vc));
+  if (!rs.kv_layers.empty()) {
+    w.set_string("oscar.kv_layers", rs.kv_layers);
+    w.set_f32("oscar.kv_budget_bits", float(rs.kv_budget_bits));
+  }
   w.write(out_path);
 }
 
@@ -96,7 +100,13 @@ std::optional<RotationSet> read_embedded_rotations(const gguf::GgufFile& f) {
     lr.v_clip = float(vc[size_t(l)]);
     rs.layers.push_back(std::move(lr));
   }
-  rs.validate();
+  rs.kv_layers = f.get_string("oscar.kv_layers", "");
+  rs.kv_budget_bits = f.get_float("oscar.kv_budget_bits", 0.0);
+  try {
+    rs.validate();
+  } catch (const Error& e) {
+    fail("{}: {}", f.path(), e.what());
+  }
   return rs;
 }
 

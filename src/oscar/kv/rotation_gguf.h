@@ -1,6 +1,6 @@
 // OSCAR rotations inside a GGUF model file: per layer F32 tensors oscar.rot_k.N and
 // oscar.rot_v.N ([d, d], row-major, k' = k·R) plus oscar.* metadata (group, windows,
-// objectives, per-layer clip ratios), so one file carries the model and its KV format.
+// objectives, per-layer clip ratios, optional oscar.kv_layers / oscar.kv_budget_bits), so one file carries the model and its KV format.
 #pragma once
 #include <optional>
 #include <string>

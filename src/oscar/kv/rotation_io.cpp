@@ -161,6 +161,10 @@ void write_rotation_dir(const RotationSet& rs, const std::string& dir, const nlo
   nlohmann::json layers = nlohmann::json::array();
   for (const LayerRotation& l : rs.layers) layers.push_back({{"layer", l.layer}, {"k_clip", l.k_clip}, {"v_clip", l.v_clip}});
   m["layers"] = std::move(layers);
+  if (!rs.kv_layers.empty()) {
+    m["kv_layers"] = rs.kv_layers;
+    m["kv_budget_bits"] = rs.kv_budget_bits;
+  }
   const fs::path mpath = fs::path(dir) / "manifest.json";
   std::ofstream out(mpath);
   out << m.dump(1) << "\n";
@@ -267,6 +271,8 @@ RotationSet read_rotation_dir(const std::string& dir_str) {
       rs.layers[static_cast<size_t>(l)].v_clip = manifest_get<float>(e, "v_clip", default_v_clip, ms);
     }
   }
+  rs.kv_layers = manifest_get<std::string>(m, "kv_layers", "", ms);
+  rs.kv_budget_bits = manifest_get<double>(m, "kv_budget_bits", 0.0, ms);
   try {
     rs.validate();
   } catch (const Error& e) {

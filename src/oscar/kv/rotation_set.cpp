@@ -6,6 +6,7 @@
 
 #include "oscar/core/error.h"
 #include "oscar/kv/hadamard.h"
+#include "oscar/kv/kv_spec.h"
 #include "oscar/ops/cpu_features.h"
 
 namespace oscar {
@@ -84,6 +85,15 @@ void RotationSet::validate() const {
     check_clip(l.k_clip, l.layer, "k");
     check_clip(l.v_clip, l.layer, "v");
   }
+  if (!kv_layers.empty()) {
+    try {
+      parse_kv_layers(kv_layers, static_cast<int>(layers.size()));
+    } catch (const Error& e) {
+      fail("rotation set: kv_layers '{}': {}", kv_layers, e.what());
+    }
+  }
+  if (!(kv_budget_bits >= 0.0 && kv_budget_bits <= 32.0))
+    fail("rotation set: kv_budget_bits {} is not in [0, 32]", kv_budget_bits);
 }
 
 void rotate_row_ref(const float* R, int d, const float* x, float* y) {

@@ -27,6 +27,10 @@ struct RotationSet {
   std::string v_objective = "sst_r_h_pbr";
   std::string source_grouping = "layer";
   std::vector<LayerRotation> layers;  // [n_layers], layers[i].layer == i
+  // Per-layer KV types chosen by `oscar calibrate --kv-budget`, in the --kv-layers syntax
+  // ("": none). Used at run time over an int2-oscar* --kv unless --kv-layers is given.
+  std::string kv_layers;
+  double kv_budget_bits = 0.0;  // the mean history bits per element they were chosen for
 
   // Throws oscar::Error naming the layer/field when shapes or values are inconsistent
   // (d a power of two divisible by 4, G | d, matrices d×d, clips in [0, 1]).

@@ -153,12 +153,10 @@ const float* Transformer::key_bias_rows(int layer, int64_t n_positions) {
   if (key_bias_.empty()) key_bias_.resize(size_t(c.n_layers));
   std::vector<float>& rows = key_bias_[size_t(layer)];
   const std::vector<float>& bk = w_.layers[size_t(layer)].bk;
-  for (int64_t p = int64_t(rows.size()) / kvd; p < n_positions; ++p) {
-    std::vector<float> b(bk);
-    rope_apply(rope_, b.data(), c.n_kv_heads, c.head_dim, p);
-    if (rotation_.active()) rotation_.rotate_k(layer, b.data(), c.n_kv_heads);
-    rows.insert(rows.end(), b.begin(), b.end());
-  }
+  const int64_t have = int64_t(rows.size()) / kvd;
+  if (have >= n_positions) return rows.data();
+  append_rope_rows(rope_, bk.data(), c.n_kv_heads, c.head_dim, have, n_positions, rows);
+  if (rotation_.active()) rotation_.rotate_k(layer, rows.data() + have * kvd, (n_positions - have) * c.n_kv_heads);
   return rows.data();
 }
 

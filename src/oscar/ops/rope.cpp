@@ -60,4 +60,14 @@ void rope_apply(const RopeFreqs& f, float* x, int n_heads, int head_dim, int64_t
   }
 }
 
+void append_rope_rows(const RopeFreqs& f, const float* bias, int n_heads, int head_dim, int64_t p0, int64_t p1,
+                      std::vector<float>& out) {
+  const size_t row = size_t(n_heads) * size_t(head_dim);
+  for (int64_t p = p0; p < p1; ++p) {
+    const size_t at = out.size();
+    out.insert(out.end(), bias, bias + row);
+    rope_apply(f, out.data() + at, n_heads, head_dim, p);
+  }
+}
+
 }  // namespace oscar

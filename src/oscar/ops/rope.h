@@ -20,4 +20,9 @@ RopeFreqs rope_freqs(const ModelConfig& cfg);  // throws oscar::Error for unsupp
 // Rotates x: [n_heads, head_dim] in place for one token at absolute position `pos`.
 void rope_apply(const RopeFreqs& f, float* x, int n_heads, int head_dim, int64_t pos);
 
+// Appends RoPE(bias, p) for every p in [p0, p1) to `out` as [p1 − p0, n_heads, head_dim]
+// rows: the part a QKV bias contributes to k at each position (--k-bias-split).
+void append_rope_rows(const RopeFreqs& f, const float* bias, int n_heads, int head_dim, int64_t p0, int64_t p1,
+                      std::vector<float>& out);
+
 }  // namespace oscar

@@ -1,0 +1,41 @@
+// The searches `oscar calibrate` runs after fitting the rotations, on calibration text the
+// fit did not see: per-layer clip ratios (--clip-search) and per-layer KV types under a
+// bits budget (--kv-budget). Both measure the attention-output error of each layer
+// against f32 (KvErrorProbe) with the real windows and group size.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "oscar/kv/rotation_set.h"
+
+namespace oscar::cli {
+
+struct TuneOptions {
+  bool clip_search = false;
+  std::optional<double> kv_budget;                 // mean history bits per element
+  std::vector<std::string> budget_types = {"int4", "int8"};  // upgrades the budget may buy
+  int64_t probe_tokens = 2048;
+  int probe_queries = 256;
+  bool any() const { return clip_search || kv_budget.has_value(); }
+};
+
+// --clip-search, --kv-budget, --kv-budget-types, --probe-tokens, --probe-queries.
+void add_tune_options(CLI::App& cmd, TuneOptions& o);
+// The calibrated KV type the searches measure: --kv when it names one, else int2-oscar,
+// with the rotations' group and windows. Throws when --kv names another kind of type.
+KvSpec tune_base_spec(const ModelOptions& o, int group, int sink, int recent, int head_dim);
+
+// `oscar rotations tune`: the same searches on rotations already fitted.
+void add_rotations_tune_command(CLI::App& rotations);
+
+// Runs the requested searches with `base` (a calibrated --kv type) on ids[probe_from ...]
+// (or the text's start when too few tokens are left), writes the results into rs
+// (clips, kv_layers, kv_budget_bits) and returns what was measured, for the manifest.
+nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, int64_t probe_from, const KvSpec& base,
+                              const TuneOptions& o, RotationSet& rs);
+
+}  // namespace oscar::cli

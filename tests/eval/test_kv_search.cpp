@@ -1,0 +1,142 @@
+// The calibration searches over measured per-layer error (KvErrorProbe), on a tiny random
+// Qwen2-style model (QKV bias) with random orthogonal rotations: the probe reproduces
+// exact attention for an f32 cache and orders the types by bits; the clip search never
+// makes a layer worse and reports errors the probe reproduces; the budget choice stays
+// within its budget and spends it on the layers with the largest errors.
+#include <gtest/gtest.h>
+
+#include "../mixed_cache_util.h"
+#include "../tiny_model.h"
+#include "oscar/core/error.h"
+#include "oscar/eval/kv_search.h"
+
+namespace oscar {
+namespace {
+
+constexpr int kLayers = 3, kDim = 32;
+constexpr int64_t kTokens = 300, kQueries = 40;
+
+struct Fixture {
+  Transformer model{test::tiny_model(/*qwen2_bias=*/true, 21, kLayers, kDim)};
+  QkvRecorder rec{kLayers, AttentionShape{4, 2, kDim}};
+  RotationSet rs;
+  Fixture() {
+    model.set_observer(&rec);
+    KvCache cache = model.make_cache(kTokens);
+    const SeqId seq = cache.add_sequence();
+    std::vector<int32_t> ids;
+    for (int64_t i = 0; i < kTokens; ++i) ids.push_back(int32_t((i * 7 + i / 3) % 50));
+    std::vector<float> logits;
+    model.forward(cache, seq, ids, LogitsFor::last, logits);
+    model.set_observer(nullptr);
+    rs.head_dim = kDim;
+    rs.group_size = kDim;
+    for (int l = 0; l < kLayers; ++l) {
+      LayerRotation lr;
+      lr.layer = l;
+      lr.k_rotation = test::random_orthogonal(kDim, 100 + uint64_t(l));
+      lr.v_rotation = test::random_orthogonal(kDim, 200 + uint64_t(l));
+      lr.k_clip = 0.96f;
+      lr.v_clip = 0.92f;
+      rs.layers.push_back(std::move(lr));
+    }
+    rs.validate();
+  }
+};
+
+KvSpec spec(const char* kv) {
+  KvSpec s = KvSpec::parse(kv);
+  s.sink = 8;
+  s.recent = 16;
+  s.group = kDim;
+  s.validate();
+  return s;
+}
+
+double mean_error(const std::vector<KvErrorProbe::LayerResult>& r) {
+  double s = 0;
+  for (const auto& x : r) s += x.error;
+  return s / double(r.size());
+}
+
+TEST(KvSearch, ProbeIsExactForF32AndOrdersTypesByBits) {
+  Fixture f;
+  const KvErrorProbe probe(f.model, f.rec, kTokens, kQueries);
+  for (const auto& r : probe.all_layers(spec("f32"), nullptr)) {
+    EXPECT_LT(r.error, 1e-5);
+    EXPECT_DOUBLE_EQ(r.history_bits, 32.0);
+  }
+  const double e8 = mean_error(probe.all_layers(spec("int8"), nullptr));
+  const double e4 = mean_error(probe.all_layers(spec("int4"), nullptr));
+  const double e2 = mean_error(probe.all_layers(spec("int2-oscar"), &f.rs));
+  EXPECT_LT(e8, e4);
+  EXPECT_LT(e4, e2);
+  // History bits: codes plus an fp16 scale and zero per group of 32.
+  EXPECT_DOUBLE_EQ(probe.layer(spec("int2-oscar"), &f.rs, 0).history_bits, 2.0 + 32.0 / kDim);
+  EXPECT_DOUBLE_EQ(probe.layer(spec("int8"), nullptr, 0).history_bits, 8.0 + 32.0 / kDim);
+  EXPECT_THROW(probe.layer(spec("int2-oscar"), nullptr, 0), Error);  // calibrated without rotations
+}
+
+TEST(KvSearch, KeyBiasSplitIsMeasured) {
+  // The model has a K bias; splitting it off must change what the probe measures for int2.
+  Fixture f;
+  const KvErrorProbe probe(f.model, f.rec, kTokens, kQueries);
+  KvSpec with = spec("int2"), without = spec("int2");
+  with.k_bias_split = true;
+  EXPECT_NE(probe.layer(with, nullptr, 1).error, probe.layer(without, nullptr, 1).error);
+}
+
+TEST(KvSearch, ClipSearchNeverHurtsAndIsReproducible) {
+  Fixture f;
+  const KvErrorProbe probe(f.model, f.rec, kTokens, kQueries);
+  const KvSpec s = spec("int2-oscar");
+  RotationSet rs = f.rs;
+  const std::vector<float> grid = default_clip_grid();
+  const std::vector<LayerClipChoice> ch = search_clip_ratios(probe, s, rs, grid);
+  ASSERT_EQ(ch.size(), size_t(kLayers));
+  for (int l = 0; l < kLayers; ++l) {
+    EXPECT_LE(ch[size_t(l)].error_after, ch[size_t(l)].error_before);
+    EXPECT_DOUBLE_EQ(ch[size_t(l)].error_before, probe.layer(s, &f.rs, l).error);
+    EXPECT_DOUBLE_EQ(ch[size_t(l)].error_after, probe.layer(s, &rs, l).error);  // the written clips give it
+    EXPECT_EQ(rs.layers[size_t(l)].k_clip, ch[size_t(l)].k_clip);
+    for (float c : {ch[size_t(l)].k_clip, ch[size_t(l)].v_clip})
+      EXPECT_TRUE(std::find(grid.begin(), grid.end(), c) != grid.end() || c == 0.96f || c == 0.92f) << c;
+  }
+  EXPECT_THROW(search_clip_ratios(probe, spec("int4"), rs, grid), Error);  // not a calibrated type
+}
+
+TEST(KvSearch, BudgetChoiceStaysWithinBudgetAndUpgradesWorstLayers) {
+  Fixture f;
+  const KvErrorProbe probe(f.model, f.rec, kTokens, kQueries);
+  const KvSpec base = spec("int2-oscar");
+  const double b2 = 2.0 + 32.0 / kDim, b4 = 4.0 + 32.0 / kDim, b8 = 8.0 + 32.0 / kDim;
+
+  const LayerTypeChoice tight = choose_kv_layer_types(probe, base, f.rs, {"int4", "int8"}, b2);
+  EXPECT_EQ(tight.kv_layers, "");
+  EXPECT_DOUBLE_EQ(tight.mean_history_bits, b2);
+
+  const LayerTypeChoice all = choose_kv_layer_types(probe, base, f.rs, {"int4", "int8"}, 16.0);
+  EXPECT_EQ(all.kv_layers, "0-2:int8");
+
+  // Room for exactly one int4 layer: it goes to the layer with the largest int2 error
+  // (the errors are far apart on random weights; the squared-error gain decides).
+  const LayerTypeChoice one = choose_kv_layer_types(probe, base, f.rs, {"int4"}, b2 + (b4 - b2) / kLayers);
+  int worst = 0;
+  double best_gain = -1;
+  for (int l = 0; l < kLayers; ++l) {
+    const auto& c = one.candidates[size_t(l)];
+    const double gain = c[0].error * c[0].error - c[1].error * c[1].error;
+    EXPECT_DOUBLE_EQ(c[0].error, probe.layer(base, &f.rs, l).error);
+    if (gain > best_gain) best_gain = gain, worst = l;
+  }
+  EXPECT_EQ(one.kv_layers, std::to_string(worst) + ":int4");
+  EXPECT_LE(one.mean_history_bits, b2 + (b4 - b2) / kLayers + 1e-9);
+  EXPECT_GT(b8, b4);
+
+  EXPECT_THROW(choose_kv_layer_types(probe, base, f.rs, {"int4"}, 2.0), Error);      // below the base
+  EXPECT_THROW(choose_kv_layer_types(probe, base, f.rs, {"int3"}, 8.0), Error);      // unknown type
+  EXPECT_THROW(choose_kv_layer_types(probe, base, f.rs, {"kivi2"}, 8.0), Error);     // cannot be mixed
+}
+
+}  // namespace
+}  // namespace oscar
