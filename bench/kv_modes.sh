@@ -4,8 +4,9 @@
 # element at the evaluated length. Writes a Markdown table and JSON rows.
 #   bench/kv_modes.sh CTX CHUNKS OUT_PREFIX [MODEL] [ROTATIONS]
 # OSCAR_KV_MODES overrides the list ("int4+k-bias-split" / "int2-oscar+no-k-bias-split" add
-# that flag); the BF16 base run is stored once per model, ctx and
-# chunk count under $OSCAR_CACHE/kld/ and reused.
+# that flag; "int2-oscar@DIR" uses the rotations in DIR, e.g. ones from `oscar rotations
+# tune`, and is labelled with DIR's name); the BF16 base run is stored once per model, ctx
+# and chunk count under $OSCAR_CACHE/kld/ and reused.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/../scripts/env.sh"
@@ -14,7 +15,7 @@ bin="${OSCAR_BIN:-$here/../$OSCAR_BUILD/oscar}"
 modes="${OSCAR_KV_MODES:-bf16 int8 int4 int2 int2-hadamard kivi2 int2-oscar int2-oscar-lloydmax int2-oscar-lloydmax-exact}"
 name="$(basename "$model" .gguf)"
 if [[ -z "$rot" ]]; then
-  rot="$OSCAR_CACHE/rotations/$name/seq20000_prompt40"
+  rot="$OSCAR_CACHE/rotations/$name/$OSCAR_ROTATIONS_NAME"
   [[ -f "$rot/manifest.json" ]] || "$bin" calibrate -m "$model" -f "$OSCAR_CALIB_TEXT" --tokens 20000 --prompts 40 -o "$rot"
 fi
 mkdir -p "$OSCAR_CACHE/kld"
@@ -38,13 +39,17 @@ for kv in $modes; do
     ppl="$(sed -n 's/^Final estimate: .* = \([0-9.]*\) +.*/\1/p' <<<"$log")"
     log+=$'\nMean PPL(Q)/PPL(base) : 1.000000 +/- 0.000000\nMean    KLD: 0.000000 +/- 0.000000\n99.0%   KLD: 0.000000\nSame top p: 100.000'
   else
-    extra=() base_kv="$kv"
-    case "$kv" in
-      *+no-k-bias-split) extra=(--no-k-bias-split) base_kv="${kv%+no-k-bias-split}" ;;
-      *+k-bias-split) extra=(--k-bias-split) base_kv="${kv%+k-bias-split}" ;;
+    extra=() base_kv="$kv" mode_rot="$rot"
+    if [[ $kv == *@* ]]; then
+      mode_rot="${kv#*@}" base_kv="${kv%%@*}"
+      kv="$base_kv@$(basename "$mode_rot")"
+    fi
+    case "$base_kv" in
+      *+no-k-bias-split) extra=(--no-k-bias-split) base_kv="${base_kv%+no-k-bias-split}" ;;
+      *+k-bias-split) extra=(--k-bias-split) base_kv="${base_kv%+k-bias-split}" ;;
     esac
     log="$("$bin" ppl -m "$model" -c "$ctx" --chunks "$chunks" --kv "$base_kv" "${extra[@]}" \
-           --rotations "$rot" --kl-divergence-base "$base" --kl-divergence 2>&1)" || { echo "$log" | tail -3; exit 1; }
+           --rotations "$mode_rot" --kl-divergence-base "$base" --kl-divergence 2>&1)" || { echo "$log" | tail -3; exit 1; }
     ppl="$(field 'Mean PPL(Q)' 1)"
   fi
   ppl_err="$(sed -n 's/^Final estimate: .* = [0-9.]* +\/- \([0-9.]*\).*/\1/p' <<<"$log")"

@@ -8,7 +8,7 @@ source "$here/env.sh"
 bash "$here/setup.sh"
 bash "$here/build.sh"
 cd "$here/.."
-rot="$OSCAR_CACHE/rotations/$(basename "$OSCAR_MODEL" .gguf)/seq20000_prompt40"
+rot="$OSCAR_CACHE/rotations/$(basename "$OSCAR_MODEL" .gguf)/$OSCAR_ROTATIONS_NAME"
 if [[ ! -f "$rot/manifest.json" ]]; then
   "$OSCAR_BUILD/oscar" calibrate -m "$OSCAR_MODEL" -f "$OSCAR_CALIB_TEXT" --tokens 20000 --prompts 40 -o "$rot"
 fi

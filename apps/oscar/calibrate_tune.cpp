@@ -15,10 +15,16 @@ double mean(const std::vector<double>& xs) {
 }
 }  // namespace
 
-void add_tune_options(CLI::App& cmd, TuneOptions& o) {
-  cmd.add_flag("--clip-search", o.clip_search,
-               "choose each layer's K and V clip ratio by the attention-output error on calibration text "
-               "(default: the reference's 0.96 / 0.92 everywhere)");
+void add_tune_options(CLI::App& cmd, TuneOptions& o, bool clip_default) {
+  o.clip_search_default = clip_default;
+  auto* on = cmd.add_flag("--clip-search", o.clip_search,
+                          clip_default ? "choose each layer's K and V clip ratio by the attention-output error on "
+                                         "held-back calibration text (the default)"
+                                       : "choose each layer's K and V clip ratio by the attention-output error on "
+                                         "calibration text");
+  if (clip_default)
+    cmd.add_flag("--no-clip-search", o.no_clip_search, "keep the reference's clip ratios (K 0.96, V 0.92) in every layer")
+        ->excludes(on);
   cmd.add_option("--kv-budget", o.kv_budget,
                  "choose per-layer KV types (int2-oscar, or an upgrade from --kv-budget-types) whose mean history "
                  "bits per element stay within BITS; stored with the rotations and used by --kv int2-oscar*")
@@ -48,10 +54,20 @@ nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, i
   const ModelConfig& c = m.transformer->config();
   int64_t n = o.probe_tokens;
   if (c.n_ctx_train > 0) n = std::min<int64_t>(n, c.n_ctx_train);
-  if (n > int64_t(ids.size())) fail("--probe-tokens {}: the calibration text has only {} tokens", n, ids.size());
-  if (n <= int64_t(base.sink) + base.recent)
+  if (n > int64_t(ids.size())) {
+    fmt::print(stderr, "note: the calibration text has only {} tokens; the searches use them all, not {}\n",
+               ids.size(), n);
+    n = int64_t(ids.size());
+  }
+  if (n <= int64_t(base.sink) + base.recent) {
+    if (!o.requested()) {
+      fmt::print(stderr, "note: clip search skipped: {} probe tokens do not reach past the BF16 windows ({} + {})\n", n,
+                 base.sink, base.recent);
+      return nullptr;
+    }
     fail("--probe-tokens {} must exceed the BF16 windows ({} + {} tokens) to measure the quantized history", n,
          base.sink, base.recent);
+  }
   if (o.probe_queries < 1 || o.probe_queries > n) fail("--probe-queries must be in [1, {}]", n);
   if (probe_from + n > int64_t(ids.size())) {
     fmt::print(stderr, "note: only {} calibration tokens follow the fitted ones; the searches reuse the text's first {}\n",
@@ -74,7 +90,7 @@ nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, i
              o.probe_queries, base.name());
   nlohmann::json out = nlohmann::json::object();
 
-  if (o.clip_search) {
+  if (o.clip()) {
     const std::vector<float> grid = default_clip_grid();
     const std::vector<LayerClipChoice> ch = search_clip_ratios(probe, base, rs, grid);
     nlohmann::json layers = nlohmann::json::array();

@@ -15,16 +15,23 @@
 namespace oscar::cli {
 
 struct TuneOptions {
-  bool clip_search = false;
-  std::optional<double> kv_budget;                 // mean history bits per element
+  bool clip_search = false;          // --clip-search
+  bool no_clip_search = false;       // --no-clip-search
+  bool clip_search_default = false;  // on unless --no-clip-search (calibrate)
+  std::optional<double> kv_budget;   // mean history bits per element
   std::vector<std::string> budget_types = {"int4", "int8"};  // upgrades the budget may buy
   int64_t probe_tokens = 2048;
   int probe_queries = 256;
-  bool any() const { return clip_search || kv_budget.has_value(); }
+
+  bool clip() const { return clip_search || (clip_search_default && !no_clip_search); }
+  bool any() const { return clip() || kv_budget.has_value(); }
+  // Asked for by a flag: then a search that cannot run is an error, not a note.
+  bool requested() const { return clip_search || kv_budget.has_value(); }
 };
 
-// --clip-search, --kv-budget, --kv-budget-types, --probe-tokens, --probe-queries.
-void add_tune_options(CLI::App& cmd, TuneOptions& o);
+// --clip-search (with clip_default also --no-clip-search), --kv-budget, --kv-budget-types,
+// --probe-tokens, --probe-queries.
+void add_tune_options(CLI::App& cmd, TuneOptions& o, bool clip_default);
 // The calibrated KV type the searches measure: --kv when it names one, else int2-oscar,
 // with the rotations' group and windows. Throws when --kv names another kind of type.
 KvSpec tune_base_spec(const ModelOptions& o, int group, int sink, int recent, int head_dim);
@@ -33,8 +40,10 @@ KvSpec tune_base_spec(const ModelOptions& o, int group, int sink, int recent, in
 void add_rotations_tune_command(CLI::App& rotations);
 
 // Runs the requested searches with `base` (a calibrated --kv type) on ids[probe_from ...]
-// (or the text's start when too few tokens are left), writes the results into rs
-// (clips, kv_layers, kv_budget_bits) and returns what was measured, for the manifest.
+// (or the text's start when too few tokens are left; fewer probe tokens when the text is
+// short), writes the results into rs (clips, kv_layers, kv_budget_bits) and returns what
+// was measured, for the manifest. A default-on search the text is too short for is
+// skipped with a note (null result); a requested one throws.
 nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, int64_t probe_from, const KvSpec& base,
                               const TuneOptions& o, RotationSet& rs);
 

@@ -75,7 +75,11 @@ int calibrate(const CalibrateOptions& o) {
   const auto t_start = std::chrono::steady_clock::now();
   for (const std::string* obj : {&o.k_objective, &o.v_objective}) split_objective(*obj);  // validates names
   if (o.prompts <= 0 || o.tokens < o.prompts) fail("--tokens {} must be at least --prompts {}", o.tokens, o.prompts);
-  if (o.tune.any()) tune_base_spec(o.model, o.group, o.sink, o.recent, o.group);  // flags first: fail before the slow part
+  // Flags first: fail before the slow part. The default-on clip search only tunes OSCAR types.
+  TuneOptions tune = o.tune;
+  if (tune.requested()) tune_base_spec(o.model, o.group, o.sink, o.recent, o.group);
+  else if (tune.any() && o.model.kv != "bf16" && KvSpec::parse(o.model.kv).rotation != KvRotation::calibrated)
+    tune.clip_search_default = false;
   ModelOptions mo = o.model;
   mo.kv = "bf16";  // calibration sees the model's own (unquantized) attention inputs
   mo.kv_layers.reset();
@@ -139,9 +143,9 @@ int calibrate(const CalibrateOptions& o) {
   }
   rs.validate();
   nlohmann::json tuned;
-  if (o.tune.any()) {
+  if (tune.any()) {
     const KvSpec base = tune_base_spec(o.model, o.group, o.sink, o.recent, c.head_dim);
-    tuned = tune_rotations(m, ids, per_prompt * o.prompts, base, o.tune, rs);
+    tuned = tune_rotations(m, ids, per_prompt * o.prompts, base, tune, rs);
     rs.validate();
   }
   nlohmann::json extra = {{"model", c.name},
@@ -152,7 +156,7 @@ int calibrate(const CalibrateOptions& o) {
                           {"tokens_per_prompt", per_prompt},
                           {"eigenvalue_spectra", spectra},
                           {"seconds", seconds_since(t_start)}};
-  if (o.tune.any()) extra["searches"] = tuned;
+  if (!tuned.is_null()) extra["searches"] = tuned;
   write_rotation_dir(rs, o.out_dir, extra);
   fmt::print(stderr, "wrote {} layers of rotations ({}, {}) to {} in {:.1f} s\n", c.n_layers, o.k_objective,
              o.v_objective, o.out_dir, seconds_since(t_start));
@@ -173,7 +177,7 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--recent", o->recent, "BF16 recent tokens recorded with the rotations");
   cmd->add_option("--k-objective", o->k_objective, "key objective: <ktk|qqt|vtv|sst>_<composition>");
   cmd->add_option("--v-objective", o->v_objective, "value objective");
-  add_tune_options(*cmd, o->tune);
+  add_tune_options(*cmd, o->tune, /*clip_default=*/true);
   cmd->callback([o] { calibrate(*o); });
 }
 

@@ -68,7 +68,7 @@ void add_rotations_tune_command(CLI::App& rotations) {
   cmd->add_option("-f,--file", o->text_file, "calibration text (never the evaluation text)")->required()->check(CLI::ExistingFile);
   cmd->add_option("-o,--out", o->out_dir, "output rotation directory")->required();
   cmd->add_option("--probe-from", o->probe_from, "first token of the text to measure on (default: after the fitted tokens)");
-  add_tune_options(*cmd, o->tune);
+  add_tune_options(*cmd, o->tune, /*clip_default=*/false);
   cmd->callback([o] { tune(*o); });
 }
 

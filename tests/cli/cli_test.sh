@@ -82,7 +82,9 @@ if [[ -f "$OSCAR_MODEL" ]]; then
   check "eval-kv --stats" 0 "\| 29 \| [0-9.]+ \| 0\.000 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| - \|" \
     "$bin" eval-kv -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 512 --kv int2 --queries 8 --stats
   check "calibrate (tiny)" 0 "wrote 30 layers" \
-    "$bin" calibrate -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" --tokens 128 --prompts 2 -o "$tmp/rot"
+    "$bin" calibrate -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" --tokens 128 --prompts 2 -o "$tmp/rot" --no-clip-search
+  check "--no-clip-search keeps the reference clips" 0 "" \
+    bash -c "grep -q '\"k_clip\": 0.9599' '$tmp/rot/manifest.json' && ! grep -q clip_search '$tmp/rot/manifest.json'"
   check "int2-oscar splits the key bias by default" 0 "KV int2-oscar$" \
     "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 64 --chunks 1 --kv int2-oscar --rotations "$tmp/rot"
   check "--no-k-bias-split is reported" 0 "KV int2-oscar\+no-k-bias-split$" \
@@ -95,6 +97,7 @@ if [[ -f "$OSCAR_MODEL" ]]; then
   check "calibrate --kv-budget" 0 "kv budget 3.000 bits: [0-9]" \
     "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt" --tokens 128 --prompts 2 -o "$tmp/rot_budget" \
     --kv-budget 3.0 --probe-tokens 512 --probe-queries 32
+  check "calibrate searches clip ratios by default" 0 '"clip_search"' cat "$tmp/rot_budget/manifest.json"
   check "budget types are used at run time" 0 "KV int2-oscar\+layers\([0-9]" \
     "$bin" ppl -m "$OSCAR_MODEL" -f "$txt" -c 64 --chunks 1 --kv int2-oscar --rotations "$tmp/rot_budget"
   check "--kv-layers none keeps int2-oscar uniform" 0 "KV int2-oscar$" \
@@ -108,7 +111,7 @@ if [[ -f "$OSCAR_MODEL" ]]; then
   rm -f "$tmp/with_rot.gguf"
   check "--kv-budget below int2-oscar's bits" nonzero "below the cheapest choice" \
     "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt" --tokens 128 --prompts 2 -o "$tmp/rot_low" \
-    --kv-budget 2.0 --probe-tokens 400 --probe-queries 8
+    --kv-budget 2.0 --probe-tokens 400 --probe-queries 8 --no-clip-search
   check "--kv-budget needs an OSCAR type" nonzero "tune an OSCAR KV type" \
     "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt" --tokens 128 --prompts 2 -o "$tmp/rot_low" --kv int4 --kv-budget 3
   check "--probe-tokens inside the windows" nonzero "must exceed the BF16 windows" \
