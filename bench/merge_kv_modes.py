@@ -23,7 +23,7 @@ cols = ["kv", "ctx", "bits_per_element", "ppl", "ppl_stderr", "ppl_ratio_bf16", 
 lines = ["| KV | ctx | bits/element | PPL | ± | PPL / BF16 | ± | mean KLD | ± | 99% KLD | same top-1 % |",
          "|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
-    lines.append("| " + " | ".join(str(r.get(c, "-")) for c in cols) + " |")
+    lines.append("| " + " | ".join("-" if r.get(c) is None else str(r[c]) for c in cols) + " |")
 try:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 except OSError:

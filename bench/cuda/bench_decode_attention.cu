@@ -1,0 +1,333 @@
+// Decode attention at Qwen3-8B shapes (32 query heads, 8 KV heads, head_dim 128, G 128)
+// over BF16 / INT8 / INT4 / INT2 caches: median kernel time, bytes moved, GB/s, and the
+// fraction of the device-to-device copy bandwidth measured in the same process.
+//   bench_decode_attention [--json PATH] [--commit SHA] [--iters N]
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "oscar/cuda/decode_attention.h"
+
+namespace {
+
+#define CHECK_CUDA(call)                                                                                     \
+  do {                                                                                                       \
+    const cudaError_t e_ = (call);                                                                           \
+    if (e_ != cudaSuccess) {                                                                                 \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));    \
+      std::exit(1);                                                                                          \
+    }                                                                                                        \
+  } while (0)
+
+constexpr int kHeads = 32, kKvHeads = 8, kDim = 128, kGroup = 128, kSink = 64, kWindow = 256, kPage = 16;
+
+// Device allocations that may fail (a row that does not fit is skipped, not fatal).
+struct Allocs {
+  std::vector<void*> ptrs;
+  bool ok = true;
+  void* get(size_t bytes) {
+    void* p = nullptr;
+    if (!ok) return nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(bytes, 16)) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the error; the caller checks ok
+      ok = false;
+      return nullptr;
+    }
+    ptrs.push_back(p);
+    return p;
+  }
+  ~Allocs() {
+    for (void* p : ptrs) cudaFree(p);
+  }
+};
+
+// Random bytes with bit 6 clear: then every bf16 and fp16 read from them has an exponent
+// field below all-ones and a magnitude below 2, so all values are finite.
+__global__ void fill_finite(uint32_t* p, size_t n_words, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n_words; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t x = uint32_t(i) * 0x9e3779b9u ^ seed;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    p[i] = x & 0xbfbfbfbfu;
+  }
+}
+
+void fill(void* p, size_t bytes, uint32_t seed) {
+  fill_finite<<<1024, 256>>>(static_cast<uint32_t*>(p), bytes / 4, seed);
+  CHECK_CUDA(cudaGetLastError());
+}
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Device-to-device copy bandwidth, counted as (bytes read + bytes written) / time.
+double copy_gbps(int iters) {
+  size_t bytes = size_t(1) << 30;
+  Allocs a;
+  void* src = a.get(bytes);
+  void* dst = a.get(bytes);
+  if (!a.ok) return 0.0;
+  fill(src, bytes, 1);
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < iters + 2; ++i) {
+    CHECK_CUDA(cudaEventRecord(e0));
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    CHECK_CUDA(cudaEventRecord(e1));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t = 0.f;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 2) ms.push_back(t);
+  }
+  CHECK_CUDA(cudaEventDestroy(e0));
+  CHECK_CUDA(cudaEventDestroy(e1));
+  return 2.0 * double(bytes) / (double(median(ms)) * 1e-3) / 1e9;
+}
+
+struct Row {
+  int batch = 0, seq = 0;
+  std::string kv;
+  int chunk = 0;
+  double ms = 0, bytes = 0, gbps = 0, frac = 0;
+  std::string note;
+};
+
+struct Kv {
+  const char* name;
+  int bits;  // 0: BF16 only
+};
+
+// One (B, T, kv) measurement. Every sequence has length T; pages are shuffled in the pools.
+Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, void* flush, size_t flush_bytes, double copy) {
+  Row row;
+  row.batch = batch;
+  row.seq = seq;
+  row.kv = kv.name;
+  const int hist_end = kv.bits == 0 ? std::min(kSink, seq) : kSink + std::max(0, seq - kSink - kWindow);
+  const int n_hist = hist_end - std::min(kSink, seq), n_fp = seq - n_hist;
+  const int pages_per_seq = (seq + kPage - 1) / kPage;
+  const int hist_pages_per_seq = (n_hist + kPage - 1) / kPage;
+  const size_t row_bytes = kv.bits == 0 ? 0 : oscar::cuda::decode_quant_row_bytes(kDim, kv.bits, kGroup);
+
+  // Page tables: fp pages only where a token is sink or recent.
+  std::mt19937 rng(uint32_t(batch * 131 + seq + kv.bits));
+  std::vector<int32_t> fp_blocks(size_t(batch) * pages_per_seq, -1), hist_blocks;
+  int n_fp_blocks = 0;
+  for (int b = 0; b < batch; ++b)
+    for (int p = 0; p < pages_per_seq; ++p) {
+      const int first = p * kPage, last = std::min(seq, first + kPage) - 1;
+      const bool all_hist = first >= kSink && last < hist_end;
+      if (!all_hist) fp_blocks[size_t(b) * pages_per_seq + p] = n_fp_blocks++;
+    }
+  std::vector<int32_t> perm(static_cast<size_t>(n_fp_blocks));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (int32_t& x : fp_blocks)
+    if (x >= 0) x = perm[size_t(x)];
+  const int n_hist_blocks = batch * hist_pages_per_seq;
+  hist_blocks.resize(size_t(std::max(n_hist_blocks, 1)));
+  std::iota(hist_blocks.begin(), hist_blocks.end(), 0);
+  std::shuffle(hist_blocks.begin(), hist_blocks.end(), rng);
+
+  const size_t fp_pool = size_t(n_fp_blocks) * kKvHeads * kPage * kDim * 2;
+  const size_t hist_pool = size_t(n_hist_blocks) * kKvHeads * kPage * row_bytes;
+  oscar::cuda::DecodeAttentionParams p;
+  p.batch = batch;
+  p.n_heads = kHeads;
+  p.n_kv_heads = kKvHeads;
+  p.head_dim = kDim;
+  p.bits = kv.bits;
+  p.group = kGroup;
+  p.sink = kSink;
+  p.max_seq_len = seq;
+  p.chunk_keys = oscar::cuda::decode_attention_default_chunk(batch, kKvHeads, seq, n_sm);
+  row.chunk = p.chunk_keys;
+
+  Allocs a;
+  auto* q = static_cast<float*>(a.get(size_t(batch) * kHeads * kDim * 4));
+  auto* out = static_cast<float*>(a.get(size_t(batch) * kHeads * kDim * 4));
+  auto* lens = static_cast<int32_t*>(a.get(size_t(batch) * 4));
+  auto* hend = static_cast<int32_t*>(a.get(size_t(batch) * 4));
+  auto* fpb = static_cast<int32_t*>(a.get(fp_blocks.size() * 4));
+  auto* hb = static_cast<int32_t*>(a.get(hist_blocks.size() * 4));
+  auto* fpk = static_cast<uint16_t*>(a.get(fp_pool));
+  auto* fpv = static_cast<uint16_t*>(a.get(fp_pool));
+  auto* hk = static_cast<uint8_t*>(kv.bits ? a.get(hist_pool) : nullptr);
+  auto* hv = static_cast<uint8_t*>(kv.bits ? a.get(hist_pool) : nullptr);
+  auto* ws = static_cast<float*>(a.get(oscar::cuda::decode_attention_workspace_bytes(p)));
+  if (!a.ok) {
+    row.note = "skipped: does not fit in device memory";
+    return row;
+  }
+  std::vector<float> hq(size_t(batch) * kHeads * kDim);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (float& x : hq) x = normal(rng);
+  const std::vector<int32_t> hlens(size_t(batch), seq), hends(size_t(batch), hist_end);
+  CHECK_CUDA(cudaMemcpy(q, hq.data(), hq.size() * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(lens, hlens.data(), hlens.size() * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(hend, hends.data(), hends.size() * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(fpb, fp_blocks.data(), fp_blocks.size() * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(hb, hist_blocks.data(), hist_blocks.size() * 4, cudaMemcpyHostToDevice));
+  fill(fpk, fp_pool, 2);
+  fill(fpv, fp_pool, 3);
+  if (kv.bits) {
+    fill(hk, hist_pool, 4);
+    fill(hv, hist_pool, 5);
+  }
+  p.q = q;
+  p.seq_len = lens;
+  p.fp_k = fpk;
+  p.fp_v = fpv;
+  p.fp_blocks = fpb;
+  p.fp_blocks_stride = pages_per_seq;
+  if (kv.bits) {
+    p.hist_end = hend;
+    p.hist_k = hk;
+    p.hist_v = hv;
+    p.hist_blocks = hb;
+    p.hist_blocks_stride = hist_pages_per_seq;
+  }
+  p.workspace = ws;
+  p.out = out;
+
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < iters + 3; ++i) {
+    // A cold L2 for every launch: small caches would otherwise be served from L2.
+    CHECK_CUDA(cudaMemsetAsync(flush, i & 0xff, flush_bytes));
+    CHECK_CUDA(cudaEventRecord(e0));
+    oscar::cuda::decode_attention(p);
+    CHECK_CUDA(cudaEventRecord(e1));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t = 0.f;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 3) ms.push_back(t);
+  }
+  CHECK_CUDA(cudaEventDestroy(e0));
+  CHECK_CUDA(cudaEventDestroy(e1));
+  std::vector<float> hout(hq.size());
+  CHECK_CUDA(cudaMemcpy(hout.data(), out, hout.size() * 4, cudaMemcpyDeviceToHost));
+  for (float x : hout)
+    if (!std::isfinite(x)) {
+      row.note = "non-finite output";
+      break;
+    }
+
+  // Bytes that must move: every K and V byte of the cache read once, q read, out written
+  // (the split-KV partials are overhead and not counted).
+  const double kv_bytes = 2.0 * kKvHeads * (double(n_fp) * kDim * 2 + double(n_hist) * double(row_bytes));
+  row.ms = median(ms);
+  row.bytes = batch * (kv_bytes + 2.0 * kHeads * kDim * 4);
+  row.gbps = row.bytes / (row.ms * 1e-3) / 1e9;
+  row.frac = copy > 0 ? row.gbps / copy : 0.0;
+  return row;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string r;
+  for (char c : s) {
+    if (c == '"' || c == '\\') r += '\\';
+    if (c == '\n') { r += "\\n"; continue; }
+    r += c;
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path, commit, command;
+  int iters = 25;
+  for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    else if (a == "--commit" && i + 1 < argc) commit = argv[++i];
+    else if (a == "--iters" && i + 1 < argc) iters = std::max(20, std::atoi(argv[++i]));
+    else {
+      std::fprintf(stderr, "usage: %s [--json PATH] [--commit SHA] [--iters N>=20]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (commit.empty()) commit = std::getenv("OSCAR_COMMIT") ? std::getenv("OSCAR_COMMIT") : "unknown";
+
+  int n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  const size_t flush_bytes = std::max<size_t>(size_t(prop.l2CacheSize) * 2, size_t(64) << 20);
+  void* flush = nullptr;
+  CHECK_CUDA(cudaMalloc(&flush, flush_bytes));
+
+  const double copy = copy_gbps(iters);
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::printf("device %s, %d SMs, L2 %d MB; commit %s; %s\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20, commit.c_str(), date);
+  std::printf("copy bandwidth (D2D 1 GiB, read+write bytes / time): %.1f GB/s\n", copy);
+  std::printf("Qwen3-8B layer: %d q heads, %d kv heads, d %d, G %d; sink %d, recent %d; median of %d, cold L2\n",
+              kHeads, kKvHeads, kDim, kGroup, kSink, kWindow, iters);
+  std::printf("%4s %7s %5s %6s %10s %10s %9s %6s  %s\n", "B", "T", "kv", "chunk", "ms", "MB", "GB/s", "frac", "note");
+
+  const std::vector<std::pair<int, int>> shapes = {{1, 8192}, {1, 32768}, {1, 131072}, {8, 32768}, {32, 32768}, {64, 8192}};
+  const std::vector<Kv> kvs = {{"bf16", 0}, {"int8", 8}, {"int4", 4}, {"int2", 2}};
+  std::vector<Row> rows;
+  for (const auto& [batch, seq] : shapes)
+    for (const Kv& kv : kvs) {
+      const Row r = measure(batch, seq, kv, iters, prop.multiProcessorCount, flush, flush_bytes, copy);
+      std::printf("%4d %7d %5s %6d %10.4f %10.1f %9.1f %6.3f  %s\n", r.batch, r.seq, r.kv.c_str(), r.chunk, r.ms,
+                  r.bytes / 1e6, r.gbps, r.frac, r.note.c_str());
+      std::fflush(stdout);
+      rows.push_back(r);
+    }
+  CHECK_CUDA(cudaFree(flush));
+
+  if (!json_path.empty()) {
+    FILE* f = std::fopen(json_path.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+      return 1;
+    }
+    std::fprintf(f, "{\n  \"device\": \"%s\",\n  \"date\": \"%s\",\n  \"commit\": \"%s\",\n  \"command\": \"%s\",\n",
+                 json_escape(prop.name).c_str(), date, json_escape(commit).c_str(), json_escape(command).c_str());
+    std::fprintf(f, "  \"copy_GBps\": %.2f,\n  \"copy_note\": \"cudaMemcpyAsync D2D of 1 GiB, (read + write bytes) / time\",\n",
+                 copy);
+    std::fprintf(f, "  \"bytes_note\": \"K and V bytes of the cache read + q read + out written; kernel GBps = bytes / time\",\n");
+    std::fprintf(f, "  \"rows\": [\n");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      std::fprintf(f,
+                   "    {\"B\": %d, \"T\": %d, \"kv\": \"%s\", \"chunk\": %d, \"ms\": %.5f, \"bytes\": %.0f, "
+                   "\"GBps\": %.2f, \"frac_of_copy\": %.4f, \"note\": \"%s\"}%s\n",
+                   r.batch, r.seq, r.kv.c_str(), r.chunk, r.ms, r.bytes, r.gbps, r.frac, json_escape(r.note).c_str(),
+                   i + 1 < rows.size() ? "," : "");
+    }
+    std::fprintf(f, "  ]\n}\n");
+    std::fclose(f);
+    std::printf("wrote %s\n", json_path.c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# On a GPU machine, from the repo root: build the CUDA backend standalone (Release, into
+# build-cuda/), run its tests (a GPU is required), compute-sanitizer memcheck on them, then
+# the decode-attention benchmark, writing ${OUT:-.}/decode_attention_<date>.json.
+# A failed build or test stops the script (set -e); the sanitizer's verdict is recorded
+# and printed but does not stop the benchmark.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+out_dir="${OUT:-.}"
+mkdir -p "$out_dir"
+build_dir=build-cuda
+generator=()
+if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+
+echo "== configure + build ($build_dir)"
+if [ -f "$build_dir/CMakeCache.txt" ] && ! grep -q "CMAKE_HOME_DIRECTORY:INTERNAL=$(pwd)/src/oscar/cuda" "$build_dir/CMakeCache.txt"; then
+  echo "$build_dir was configured from another source tree; reconfiguring from scratch"
+  rm -rf "$build_dir"
+fi
+cmake -S src/oscar/cuda -B "$build_dir" -DCMAKE_BUILD_TYPE=Release ${generator[@]+"${generator[@]}"}
+cmake --build "$build_dir" -j "$(nproc)"
+
+commit="$(git rev-parse --short HEAD 2>/dev/null || true)"
+commit="${commit:-${OSCAR_COMMIT:-unknown}}"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv || true
+
+echo "== tests"
+OSCAR_REQUIRE_GPU=1 "$build_dir/oscar_cuda_tests"
+echo "tests: PASS"
+
+echo "== compute-sanitizer memcheck"
+sanitizer="not run (compute-sanitizer not found)"
+if command -v compute-sanitizer >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
+  cs="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  if OSCAR_REQUIRE_GPU=1 "$cs" --tool memcheck --error-exitcode 99 "$build_dir/oscar_cuda_tests"; then
+    sanitizer="PASS"
+  else
+    sanitizer="FAIL (exit $?)"
+  fi
+fi
+echo "memcheck: $sanitizer"
+
+echo "== benchmark"
+json="$out_dir/decode_attention_$(date +%F).json"
+bench_rc=0
+"$build_dir/bench_decode_attention" --json "$json" --commit "$commit" || bench_rc=$?
+
+echo "== summary"
+echo "commit:   $commit"
+echo "tests:    PASS"
+echo "memcheck: $sanitizer"
+echo "bench:    $([ "$bench_rc" -eq 0 ] && echo "OK ($json)" || echo "FAIL (exit $bench_rc)")"
+[ "$bench_rc" -eq 0 ]

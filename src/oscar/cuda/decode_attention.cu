@@ -1,0 +1,577 @@
+// Split-KV ("flash decoding") attention for one decode step over the mixed cache:
+// decode_chunk_kernel computes, per (sequence, KV head, chunk of keys), the online-softmax
+// partial (max m, sum l, unnormalized output o) of every query head of the GQA group;
+// decode_merge_kernel combines the chunks of each (sequence, head). Design: docs/cuda.md.
+#include "oscar/cuda/decode_attention.h"
+
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace oscar::cuda {
+namespace {
+
+constexpr int kThreads = 128;  // 4 warps; QK maps 64 keys × 2 halves onto them
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = kDecodeTileKeys;
+static_assert(kTile * 2 == kThreads, "QK assigns two threads to each key of a tile");
+static_assert(kTile % kDecodeFpBlockTokens == 0 && kTile % kDecodeHistBlockTokens == 0,
+              "tiles are whole pages (page-aligned), so a tile's rows sit at one stride in shared memory");
+
+// Compile-time geometry of one instantiation. kBits = 0 is the BF16-only cache.
+template <int kBits, int kDim, int kMaxGroup>
+struct Geometry {
+  static constexpr bool kHist = kBits != 0;
+  // PV splits a row into units of 8 dims. For packed rows a unit is kUnitBits bytes of
+  // codes: with k = 8/bits codes per byte it holds k runs of kRunLen = bits consecutive
+  // dims (the §1 "parts" layout); fp rows use the same dims so that a thread's
+  // accumulators mean the same dims whatever the tile's format.
+  static constexpr int kUnitBits = kHist ? kBits : 8;
+  static constexpr int kRuns = 8 / kUnitBits;
+  static constexpr int kRunLen = kUnitBits;
+  static constexpr int kUnits = kDim / 8;
+  static constexpr int kSlices = kThreads / kUnits;  // keys a PV pass handles in parallel
+  static constexpr int kCodeBytes = kDim * kUnitBits / 8;
+  // fp rows get 16 bytes of padding: the 2d-byte stride would put every row of a warp's
+  // 16-byte loads in the same banks.
+  static constexpr int kFpRowBytes = kDim * 2 + 16;
+  static constexpr int kFpTileBytes = kTile * kFpRowBytes;
+  // A history tile is 4 whole pages copied verbatim; G = 32 gives the longest rows.
+  static constexpr int kQuantTileBytes = kHist ? kTile * (kCodeBytes + 4 * kDim / 32) : 0;
+  static constexpr int kStageBytes = ((kFpTileBytes > kQuantTileBytes ? kFpTileBytes : kQuantTileBytes) + 15) / 16 * 16;
+
+  // Shared memory: [2 stages][K, V][kStageBytes] | q [kMaxGroup][d] | partial scores
+  // [2 halves][kMaxGroup][kTile] | p [kTile][kMaxGroup] | m, l, alpha [kMaxGroup].
+  static constexpr size_t kQOff = 4 * size_t(kStageBytes);
+  static constexpr size_t kPartOff = kQOff + size_t(kMaxGroup) * kDim * 4;
+  static constexpr size_t kPOff = kPartOff + 2 * size_t(kMaxGroup) * kTile * 4;
+  static constexpr size_t kStatOff = kPOff + size_t(kTile) * kMaxGroup * 4;
+  static constexpr size_t kSmemBytes = kStatOff + 3 * size_t(kMaxGroup) * 4;
+  // The final cross-warp reduction reuses the stage buffers.
+  static_assert(size_t(kWarps) * kMaxGroup * kDim * 4 <= 4 * size_t(kStageBytes), "reduction buffer");
+  static_assert(kThreads % kUnits == 0 && kUnits <= 32 && 32 % kUnits == 0, "PV lane mapping");
+};
+
+// A run of keys of one format inside one 64-token page-aligned window: tokens
+// base + [lo, hi). fp windows start at multiples of 64, history windows at S + 64·i, so
+// row r of the window lives in page r / 16 at row r % 16.
+struct Tile {
+  int base, lo, hi;
+  bool hist;
+};
+
+// Walks the chunk [cs, ce) as sink-fp, history, recent-fp segments, in 64-key windows.
+struct TileCursor {
+  int a0, e0, a1, e1, a2, e2, sink;
+  int seg = -1, base = 0;
+
+  __device__ int seg_begin(int s) const { return s == 0 ? a0 : s == 1 ? a1 : a2; }
+  __device__ int seg_end(int s) const { return s == 0 ? e0 : s == 1 ? e1 : e2; }
+
+  __device__ bool next(Tile& t) {
+    if (seg >= 0 && base + kTile < seg_end(seg)) {
+      base += kTile;
+    } else {
+      do {
+        ++seg;
+      } while (seg < 3 && seg_begin(seg) >= seg_end(seg));
+      if (seg >= 3) return false;
+      const int origin = seg == 1 ? sink : 0;
+      base = origin + (seg_begin(seg) - origin) / kTile * kTile;
+    }
+    t.base = base;
+    t.lo = max(seg_begin(seg), base) - base;
+    t.hi = min(seg_end(seg), base + kTile) - base;
+    t.hist = seg == 1;
+    return true;
+  }
+};
+
+// 16-byte global → shared copy that bypasses registers (and L1); valid = false writes
+// zeros without reading (a released page, which a correct caller never asks for).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Byte e (0..3) of w as a float, exactly: 0x4B0000ee is 2^23 + e, so one byte permute and
+// one subtraction replace an int→float conversion (which runs at a quarter of the rate).
+__device__ __forceinline__ float byte_to_float(uint32_t w, int e) {
+  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | unsigned(e))) - 8388608.0f;
+}
+
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+// fp16 (scale, zero) pair of a group → (s, −z·s), so that x̂ = (c − z)·s = fma(c, s, −z·s).
+__device__ __forceinline__ float2 load_scale_zero(const uint8_t* p) {
+  const uint32_t w = *reinterpret_cast<const uint32_t*>(p);
+  const float s = __half2float(__ushort_as_half(uint16_t(w & 0xffffu)));
+  const float z = __half2float(__ushort_as_half(uint16_t(w >> 16)));
+  return make_float2(s, -z * s);
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// Issues the cp.async copies of one tile's K and V rows into shared memory.
+template <class Geo>
+__device__ void tile_load(const DecodeAttentionParams& p, const Tile& t, int b, int kvh, int row_bytes, uint8_t* sk,
+                          uint8_t* sv) {
+  const int tid = threadIdx.x;
+  if (!t.hist) {
+    constexpr int kParts = Geo::kFpRowBytes / 16 - 1;  // 16-byte parts of a 2d-byte row
+    const int n = (t.hi - t.lo) * kParts;
+    for (int c = tid; c < n; c += kThreads) {
+      const int r = t.lo + c / kParts, part = c % kParts;
+      const int tok = t.base + r;
+      const int page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + tok / kDecodeFpBlockTokens];
+      const int64_t row = (int64_t(page) * p.n_kv_heads + kvh) * kDecodeFpBlockTokens + tok % kDecodeFpBlockTokens;
+      const int64_t off = page >= 0 ? row * (Geo::kFpRowBytes - 16) + part * 16 : 0;
+      const int dst = r * Geo::kFpRowBytes + part * 16;
+      cp_async16(sk + dst, reinterpret_cast<const uint8_t*>(p.fp_k) + off, page >= 0);
+      cp_async16(sv + dst, reinterpret_cast<const uint8_t*>(p.fp_v) + off, page >= 0);
+    }
+    return;
+  }
+  // History: a page is 16·row_bytes contiguous bytes (a multiple of 16), i.e. row_bytes
+  // 16-byte parts. Copy, per page slot, the parts covering rows [r0, r1) of that page.
+  constexpr int kSlotRows = kDecodeHistBlockTokens;
+  const int n = (kTile / kSlotRows) * row_bytes;
+  const int64_t page_bytes = int64_t(kSlotRows) * row_bytes;
+  for (int c = tid; c < n; c += kThreads) {
+    const int slot = c / row_bytes, part = c % row_bytes;
+    const int r0 = max(t.lo, slot * kSlotRows) - slot * kSlotRows;
+    const int r1 = min(t.hi, slot * kSlotRows + kSlotRows) - slot * kSlotRows;
+    if (r0 >= r1 || part < r0 * row_bytes / 16 || part >= (r1 * row_bytes + 15) / 16) continue;
+    const int page_index = (t.base - p.sink) / kSlotRows + slot;
+    const int page = p.hist_blocks[int64_t(b) * p.hist_blocks_stride + page_index];
+    const int64_t off = page >= 0 ? (int64_t(page) * p.n_kv_heads + kvh) * page_bytes + part * 16 : 0;
+    const int dst = slot * int(page_bytes) + part * 16;
+    cp_async16(sk + dst, p.hist_k + off, page >= 0);
+    cp_async16(sv + dst, p.hist_v + off, page >= 0);
+  }
+}
+
+// Partial scores q_h · k for one key over half of its row (the two halves are summed in
+// the softmax step). fp row: dims [half·d/2, (half+1)·d/2).
+template <int kDim, int kMaxGroup>
+__device__ __forceinline__ void qk_fp(const uint8_t* row, int half, const float* sq, float (&sc)[kMaxGroup]) {
+#pragma unroll
+  for (int i = 0; i < kDim / 16; ++i) {
+    const uint4 w = *reinterpret_cast<const uint4*>(row + half * kDim + 16 * i);
+    const float x[8] = {bf16_lo(w.x), bf16_hi(w.x), bf16_lo(w.y), bf16_hi(w.y),
+                        bf16_lo(w.z), bf16_hi(w.z), bf16_lo(w.w), bf16_hi(w.w)};
+    const int dim0 = half * (kDim / 2) + 8 * i;
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; ++h) {
+      const float4 qa = *reinterpret_cast<const float4*>(sq + h * kDim + dim0);
+      const float4 qb = *reinterpret_cast<const float4*>(sq + h * kDim + dim0 + 4);
+      float a = sc[h];
+      a = fmaf(qa.x, x[0], a); a = fmaf(qa.y, x[1], a); a = fmaf(qa.z, x[2], a); a = fmaf(qa.w, x[3], a);
+      a = fmaf(qb.x, x[4], a); a = fmaf(qb.y, x[5], a); a = fmaf(qb.z, x[6], a); a = fmaf(qb.w, x[7], a);
+      sc[h] = a;
+    }
+  }
+}
+
+// Packed row: code bytes [half·cb/2, (half+1)·cb/2), 4 at a time. Word at byte o of the
+// codes lies in group g = o / P (P = G·bits/8 bytes per group) at offset j; its byte e holds
+// dims g·G + j + e + s·P in bits [s·bits, (s+1)·bits): k runs of 4 consecutive dims, each
+// meeting one float4 of q. Each element is dequantized once (shared by the group's heads).
+template <int kBits, int kDim, int kMaxGroup>
+__device__ __forceinline__ void qk_quant(const uint8_t* row, int half, int group_size, int gb_log2, const float* sq,
+                                         float (&sc)[kMaxGroup]) {
+  constexpr int kCodeBytes = kDim * kBits / 8;
+  constexpr int kWords = kCodeBytes / 8;  // 4-byte words per half
+  constexpr int kRuns = 8 / kBits;
+  constexpr uint32_t kMask = kBits == 2 ? 0x03030303u : kBits == 4 ? 0x0f0f0f0fu : 0xffffffffu;
+  const int gb = 1 << gb_log2;
+  float2 sz = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int w = 0; w < kWords; ++w) {
+    const int o = half * (kCodeBytes / 2) + 4 * w;
+    const int g = o >> gb_log2, j = o & (gb - 1);
+    if (w == 0 || j == 0) sz = load_scale_zero(row + kCodeBytes + 4 * g);
+    const uint32_t word = *reinterpret_cast<const uint32_t*>(row + o);
+#pragma unroll
+    for (int s = 0; s < kRuns; ++s) {
+      const uint32_t v = (word >> (s * kBits)) & kMask;
+      float x[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[e] = fmaf(byte_to_float(v, e), sz.x, sz.y);
+      const int dim0 = g * group_size + j + s * gb;
+#pragma unroll
+      for (int h = 0; h < kMaxGroup; ++h) {
+        const float4 qv = *reinterpret_cast<const float4*>(sq + h * kDim + dim0);
+        float a = sc[h];
+        a = fmaf(qv.x, x[0], a); a = fmaf(qv.y, x[1], a); a = fmaf(qv.z, x[2], a); a = fmaf(qv.w, x[3], a);
+        sc[h] = a;
+      }
+    }
+  }
+}
+
+// The 8 values of this thread's PV unit in one V row (see Geometry): x[s·kRunLen + e] is
+// dim unit_dim0 + s·P + e.
+template <class Geo, int kBits>
+__device__ __forceinline__ void pv_unit_quant(const uint8_t* row, int unit_byte, int g, float (&x)[8]) {
+  constexpr uint32_t kMask = kBits == 2 ? 0x03030303u : kBits == 4 ? 0x0f0f0f0fu : 0xffffffffu;
+  uint32_t wd[2] = {0u, 0u};
+  if constexpr (kBits == 2) {
+    wd[0] = *reinterpret_cast<const uint16_t*>(row + unit_byte);
+  } else {
+    wd[0] = *reinterpret_cast<const uint32_t*>(row + unit_byte);
+    if constexpr (kBits == 8) wd[1] = *reinterpret_cast<const uint32_t*>(row + unit_byte + 4);
+  }
+  const float2 sz = load_scale_zero(row + Geo::kCodeBytes + 4 * g);
+#pragma unroll
+  for (int s = 0; s < Geo::kRuns; ++s)
+#pragma unroll
+    for (int e = 0; e < Geo::kRunLen; ++e) {
+      const uint32_t v = (wd[e >> 2] >> (s * kBits)) & kMask;
+      x[s * Geo::kRunLen + e] = fmaf(byte_to_float(v, e & 3), sz.x, sz.y);
+    }
+}
+
+template <class Geo>
+__device__ __forceinline__ void pv_unit_fp(const uint8_t* row, int unit_dim0, int run_stride, float (&x)[8]) {
+#pragma unroll
+  for (int s = 0; s < Geo::kRuns; ++s) {
+    const uint8_t* src = row + (unit_dim0 + s * run_stride) * 2;
+    float* dst = x + s * Geo::kRunLen;
+    if constexpr (Geo::kRunLen == 2) {
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(src);
+      dst[0] = bf16_lo(w); dst[1] = bf16_hi(w);
+    } else if constexpr (Geo::kRunLen == 4) {
+      const uint2 w = *reinterpret_cast<const uint2*>(src);
+      dst[0] = bf16_lo(w.x); dst[1] = bf16_hi(w.x); dst[2] = bf16_lo(w.y); dst[3] = bf16_hi(w.y);
+    } else {
+      const uint4 w = *reinterpret_cast<const uint4*>(src);
+      dst[0] = bf16_lo(w.x); dst[1] = bf16_hi(w.x); dst[2] = bf16_lo(w.y); dst[3] = bf16_hi(w.y);
+      dst[4] = bf16_lo(w.z); dst[5] = bf16_hi(w.z); dst[6] = bf16_lo(w.w); dst[7] = bf16_hi(w.w);
+    }
+  }
+}
+
+// grid (max_chunks, n_kv_heads, B), kThreads threads. gb_log2 = log2(G·bits/8), the bytes
+// (= the run stride P in dims) of one group's codes; for bits = 0 it is log2(d).
+template <int kBits, int kDim, int kMaxGroup>
+__global__ void __launch_bounds__(kThreads) decode_chunk_kernel(const DecodeAttentionParams p, int gb_log2,
+                                                                int max_chunks) {
+  using Geo = Geometry<kBits, kDim, kMaxGroup>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  float* sq = reinterpret_cast<float*>(smem + Geo::kQOff);       // [kMaxGroup][d], pre-scaled
+  float* spart = reinterpret_cast<float*>(smem + Geo::kPartOff); // [2][kMaxGroup][kTile]
+  float* sp = reinterpret_cast<float*>(smem + Geo::kPOff);       // [kTile][kMaxGroup]
+  float* sm = reinterpret_cast<float*>(smem + Geo::kStatOff);    // running max (log2 units)
+  float* sl = sm + kMaxGroup;                                    // running sum
+  float* salpha = sl + kMaxGroup;                                // rescale of this tile
+
+  const int chunk = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int t_len = p.seq_len[b];
+  const int cs = chunk * p.chunk_keys;
+  if (cs >= t_len) return;  // this sequence has fewer chunks than the longest
+  const int ce = min(t_len, cs + p.chunk_keys);
+  const int group = p.n_heads / p.n_kv_heads;
+  const int group_size = kBits == 0 ? kDim : p.group;
+  const int row_bytes = kBits == 0 ? 0 : kDim * kBits / 8 + 4 * (kDim / group_size);  // §1 row
+  const int hs = min(p.sink, t_len);
+  int he = hs;
+  if constexpr (Geo::kHist) he = min(max(p.hist_end[b], hs), t_len);
+
+  // q of the group's heads, times log2(e)/sqrt(d) so that scores are exp2 exponents.
+  const float qscale = 1.4426950408889634f / sqrtf(float(kDim));
+  const float* qb = p.q + (int64_t(b) * p.n_heads + int64_t(kvh) * group) * kDim;
+  for (int i = tid; i < kMaxGroup * kDim; i += kThreads) sq[i] = i / kDim < group ? qb[i] * qscale : 0.0f;
+  if (tid < kMaxGroup) {
+    sm[tid] = -INFINITY;
+    sl[tid] = 0.0f;
+  }
+
+  // PV unit of this thread: 8 dims, the same in every tile (see Geometry).
+  const int unit = tid % Geo::kUnits, slice = tid / Geo::kUnits;
+  const int unit_byte = unit * Geo::kUnitBits;
+  const int unit_g = unit_byte >> gb_log2;
+  const int run_stride = 1 << gb_log2;
+  const int unit_dim0 = unit_g * group_size + (unit_byte & (run_stride - 1));
+  float acc[kMaxGroup][8];
+#pragma unroll
+  for (int h = 0; h < kMaxGroup; ++h)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[h][i] = 0.0f;
+
+  TileCursor cursor{cs, min(ce, hs), max(cs, hs), min(ce, he), max(cs, he), ce, p.sink};
+  Tile cur;
+  bool have = cursor.next(cur);  // the chunk holds at least one key
+  tile_load<Geo>(p, cur, b, kvh, row_bytes, smem, smem + Geo::kStageBytes);
+  cp_async_commit();
+  int stage = 0;
+  while (have) {
+    Tile nxt;
+    const bool have_next = cursor.next(nxt);
+    cp_async_wait_all();
+    // The current tile is visible to all, and every thread is done with the other stage.
+    __syncthreads();
+    if (have_next) {
+      uint8_t* nk = smem + size_t(2 * (stage ^ 1)) * Geo::kStageBytes;
+      tile_load<Geo>(p, nxt, b, kvh, row_bytes, nk, nk + Geo::kStageBytes);
+    }
+    cp_async_commit();
+    const uint8_t* sk = smem + size_t(2 * stage) * Geo::kStageBytes;
+    const uint8_t* sv = sk + Geo::kStageBytes;
+
+    // Scores: thread (key r, half) — warps 0-1 take half 0 and warps 2-3 half 1, so the
+    // q reads of a warp are broadcasts.
+    {
+      const int r = tid % kTile, half = tid / kTile;
+      if (r >= cur.lo && r < cur.hi) {
+        float sc[kMaxGroup];
+#pragma unroll
+        for (int h = 0; h < kMaxGroup; ++h) sc[h] = 0.0f;
+        if constexpr (Geo::kHist) {
+          if (cur.hist)
+            qk_quant<kBits, kDim, kMaxGroup>(sk + r * row_bytes, half, group_size, gb_log2, sq, sc);
+          else
+            qk_fp<kDim, kMaxGroup>(sk + r * Geo::kFpRowBytes, half, sq, sc);
+        } else {
+          qk_fp<kDim, kMaxGroup>(sk + r * Geo::kFpRowBytes, half, sq, sc);
+        }
+#pragma unroll
+        for (int h = 0; h < kMaxGroup; ++h) spart[(half * kMaxGroup + h) * kTile + r] = sc[h];
+      }
+    }
+    __syncthreads();
+
+    // Online softmax: warp w owns heads w, w + 4; lane owns keys lane, lane + 32.
+    for (int h = warp; h < kMaxGroup; h += kWarps) {
+      float s[2], pr[2];
+      for (int k = 0; k < 2; ++k) {
+        const int r = lane + 32 * k;
+        s[k] = (h < group && r >= cur.lo && r < cur.hi)
+                   ? spart[h * kTile + r] + spart[(kMaxGroup + h) * kTile + r]
+                   : -INFINITY;
+      }
+      if (h < group) {
+        const float m_old = sm[h];
+        const float m_new = fmaxf(m_old, warp_max(fmaxf(s[0], s[1])));
+        pr[0] = exp2f(s[0] - m_new);
+        pr[1] = exp2f(s[1] - m_new);
+        const float sum = warp_sum(pr[0] + pr[1]);
+        if (lane == 0) {
+          const float alpha = exp2f(m_old - m_new);  // 0 on the first tile (m_old = −inf)
+          salpha[h] = alpha;
+          sl[h] = sl[h] * alpha + sum;
+          sm[h] = m_new;
+        }
+      } else {  // padding heads of a group that is not a power of two
+        pr[0] = pr[1] = 0.0f;
+        if (lane == 0) salpha[h] = 1.0f;
+      }
+      sp[lane * kMaxGroup + h] = pr[0];
+      sp[(lane + 32) * kMaxGroup + h] = pr[1];
+    }
+    __syncthreads();
+
+    // Weighted sum of V: thread (unit, slice) takes keys lo + slice, lo + slice + kSlices, …
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; ++h) {
+      const float a = salpha[h];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[h][i] *= a;
+    }
+    for (int r = cur.lo + slice; r < cur.hi; r += Geo::kSlices) {
+      float x[8];
+      if constexpr (Geo::kHist) {
+        if (cur.hist)
+          pv_unit_quant<Geo, kBits>(sv + r * row_bytes, unit_byte, unit_g, x);
+        else
+          pv_unit_fp<Geo>(sv + r * Geo::kFpRowBytes, unit_dim0, run_stride, x);
+      } else {
+        pv_unit_fp<Geo>(sv + r * Geo::kFpRowBytes, unit_dim0, run_stride, x);
+      }
+      float pw[kMaxGroup];
+#pragma unroll
+      for (int h = 0; h < kMaxGroup; ++h) pw[h] = sp[r * kMaxGroup + h];
+#pragma unroll
+      for (int h = 0; h < kMaxGroup; ++h)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[h][i] = fmaf(pw[h], x[i], acc[h][i]);
+    }
+    cur = nxt;
+    have = have_next;
+    stage ^= 1;
+  }
+
+  // Sum the slices: first those sharing a warp (shuffles), then the 4 warps (shared memory).
+#pragma unroll
+  for (int off = Geo::kUnits; off < 32; off *= 2)
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; ++h)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[h][i] += __shfl_xor_sync(0xffffffffu, acc[h][i], off);
+  __syncthreads();  // the stage buffers are free
+  float* red = reinterpret_cast<float*>(smem);  // [kWarps][kMaxGroup][d]
+  if (lane < Geo::kUnits) {
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; ++h)
+#pragma unroll
+      for (int s = 0; s < Geo::kRuns; ++s)
+#pragma unroll
+        for (int e = 0; e < Geo::kRunLen; ++e)
+          red[(warp * kMaxGroup + h) * kDim + unit_dim0 + s * run_stride + e] = acc[h][s * Geo::kRunLen + e];
+  }
+  __syncthreads();
+  const int64_t head0 = int64_t(b) * p.n_heads + int64_t(kvh) * group;
+  float2* part_ml = reinterpret_cast<float2*>(p.workspace);
+  float* part_o = p.workspace + 2 * int64_t(p.batch) * p.n_heads * max_chunks;
+  for (int i = tid; i < group * kDim; i += kThreads) {
+    const int h = i / kDim, x = i % kDim;
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) v += red[(w * kMaxGroup + h) * kDim + x];
+    part_o[((head0 + h) * max_chunks + chunk) * kDim + x] = v;
+  }
+  if (tid < group) part_ml[(head0 + tid) * max_chunks + chunk] = make_float2(sm[tid], sl[tid]);
+}
+
+// grid (n_heads, B), d threads: out = Σ_c 2^(m_c − M)·o_c / Σ_c 2^(m_c − M)·l_c.
+template <int kDim>
+__global__ void __launch_bounds__(kDim) decode_merge_kernel(const DecodeAttentionParams p, int max_chunks) {
+  const int h = blockIdx.x, b = blockIdx.y, x = threadIdx.x;
+  const int64_t head = int64_t(b) * p.n_heads + h;
+  const int t_len = max(p.seq_len[b], 0);
+  const int n_chunks = min((t_len + p.chunk_keys - 1) / p.chunk_keys, max_chunks);
+  const float2* ml = reinterpret_cast<const float2*>(p.workspace) + head * max_chunks;
+  const float* po = p.workspace + 2 * int64_t(p.batch) * p.n_heads * max_chunks + head * max_chunks * kDim;
+  float m = -INFINITY;
+  for (int c = 0; c < n_chunks; ++c) m = fmaxf(m, ml[c].x);
+  float l = 0.0f, o = 0.0f;
+  for (int c = 0; c < n_chunks; ++c) {
+    const float w = exp2f(ml[c].x - m);
+    l = fmaf(w, ml[c].y, l);
+    o = fmaf(w, po[int64_t(c) * kDim + x], o);
+  }
+  p.out[head * kDim + x] = l > 0.0f ? o / l : 0.0f;
+}
+
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error("decode_attention: " + what); }
+
+void check_cuda(cudaError_t e, const char* call) {
+  if (e != cudaSuccess) fail(std::string(call) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+int log2_exact(int v) {
+  int l = 0;
+  while ((1 << l) < v) ++l;
+  return l;
+}
+
+int64_t max_chunks_of(const DecodeAttentionParams& p) { return (p.max_seq_len + p.chunk_keys - 1) / p.chunk_keys; }
+
+void check_params(const DecodeAttentionParams& p) {
+  const auto need = [](bool ok, const std::string& what) {
+    if (!ok) fail(what);
+  };
+  need(p.batch >= 0 && p.batch <= 65535, "batch " + std::to_string(p.batch) + " outside [0, 65535]");
+  need(p.head_dim == 64 || p.head_dim == 128, "head_dim " + std::to_string(p.head_dim) + " not supported (64 or 128)");
+  need(p.n_kv_heads > 0 && p.n_heads > 0 && p.n_heads % p.n_kv_heads == 0,
+       "n_heads " + std::to_string(p.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(p.n_kv_heads));
+  const int group = p.n_kv_heads > 0 ? p.n_heads / p.n_kv_heads : 0;
+  need(group >= 1 && group <= kDecodeMaxGroup, "GQA group " + std::to_string(group) + " not supported (1..8)");
+  need(p.bits == 0 || p.bits == 2 || p.bits == 4 || p.bits == 8,
+       "bits " + std::to_string(p.bits) + " not supported (0 = BF16 only, 2, 4, 8)");
+  if (p.bits != 0) {
+    need((p.group == 32 || p.group == 64 || p.group == 128) && p.group <= p.head_dim,
+         "group size " + std::to_string(p.group) + " not supported (32, 64 or 128, at most head_dim)");
+    need(p.hist_end && p.hist_k && p.hist_v && p.hist_blocks, "history pointers are null (bits != 0)");
+    need(aligned16(p.hist_k) && aligned16(p.hist_v), "history pools must be 16-byte aligned");
+  }
+  need(p.sink >= 0, "sink " + std::to_string(p.sink) + " < 0");
+  need(p.chunk_keys >= kTile && p.chunk_keys % kTile == 0,
+       "chunk_keys " + std::to_string(p.chunk_keys) + " is not a positive multiple of 64");
+  need(p.max_seq_len >= 0 && p.max_seq_len <= INT32_MAX - p.chunk_keys, "max_seq_len out of range");
+  need(p.q && p.seq_len && p.fp_k && p.fp_v && p.fp_blocks && p.out, "a required pointer is null");
+  need(aligned16(p.fp_k) && aligned16(p.fp_v), "fp pools must be 16-byte aligned");
+  need(p.max_seq_len == 0 || p.workspace, "workspace is null");
+}
+
+template <int kBits, int kDim, int kMaxGroup>
+void launch(const DecodeAttentionParams& p, cudaStream_t stream) {
+  using Geo = Geometry<kBits, kDim, kMaxGroup>;
+  const int max_chunks = int(max_chunks_of(p));
+  if (max_chunks > 0) {
+    // Above 48 KB a kernel must opt in to dynamic shared memory (once per process).
+    static const cudaError_t attr = cudaFuncSetAttribute(decode_chunk_kernel<kBits, kDim, kMaxGroup>,
+                                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                         int(Geo::kSmemBytes));
+    check_cuda(attr, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+    const int gb = kBits == 0 ? kDim : p.group * kBits / 8;
+    const dim3 grid(unsigned(max_chunks), unsigned(p.n_kv_heads), unsigned(p.batch));
+    decode_chunk_kernel<kBits, kDim, kMaxGroup>
+        <<<grid, kThreads, Geo::kSmemBytes, stream>>>(p, log2_exact(gb), max_chunks);
+    check_cuda(cudaGetLastError(), "decode_chunk_kernel launch");
+  }
+  decode_merge_kernel<kDim><<<dim3(unsigned(p.n_heads), unsigned(p.batch)), kDim, 0, stream>>>(p, max_chunks);
+  check_cuda(cudaGetLastError(), "decode_merge_kernel launch");
+}
+
+template <int kBits, int kDim>
+void dispatch_group(const DecodeAttentionParams& p, cudaStream_t stream) {
+  const int group = p.n_heads / p.n_kv_heads;  // padded up to a power of two
+  if (group == 1) return launch<kBits, kDim, 1>(p, stream);
+  if (group == 2) return launch<kBits, kDim, 2>(p, stream);
+  if (group <= 4) return launch<kBits, kDim, 4>(p, stream);
+  return launch<kBits, kDim, 8>(p, stream);
+}
+
+template <int kBits>
+void dispatch_dim(const DecodeAttentionParams& p, cudaStream_t stream) {
+  if (p.head_dim == 64) return dispatch_group<kBits, 64>(p, stream);
+  return dispatch_group<kBits, 128>(p, stream);
+}
+
+}  // namespace
+
+int decode_attention_default_chunk(int batch, int n_kv_heads, int64_t max_seq_len, int n_sm) {
+  // About 2 resident CTAs per SM (shared memory bound) and 2 waves; chunks of 128 keys at
+  // least (2 tiles, so the copy of one overlaps the other) and at most 8192.
+  const int64_t target = 4 * int64_t(n_sm > 0 ? n_sm : 132);
+  int chunk = 128;
+  while (chunk < 8192 && int64_t(batch) * n_kv_heads * ((max_seq_len + chunk - 1) / chunk) > target) chunk *= 2;
+  return chunk;
+}
+
+size_t decode_attention_workspace_bytes(const DecodeAttentionParams& p) {
+  if (p.chunk_keys <= 0) fail("chunk_keys must be set before sizing the workspace");
+  const size_t heads = size_t(p.batch) * size_t(p.n_heads) * size_t(max_chunks_of(p));
+  return heads * (2 + size_t(p.head_dim)) * sizeof(float);
+}
+
+void decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
+  check_params(p);
+  if (p.batch == 0) return;
+  switch (p.bits) {
+    case 0: return dispatch_dim<0>(p, stream);
+    case 2: return dispatch_dim<2>(p, stream);
+    case 4: return dispatch_dim<4>(p, stream);
+    default: return dispatch_dim<8>(p, stream);
+  }
+}
+
+}  // namespace oscar::cuda

@@ -1,0 +1,537 @@
+// oscar::cuda::decode_attention against an f64 host reference, on random mixed caches
+// built here with an independent quantizer for the docs/kv-layout.md §1 row layout.
+// The reference reads the same bytes (pools + page tables) the GPU reads. Exit code 0 only
+// when every case passes; without a GPU it skips (exit 0) unless OSCAR_REQUIRE_GPU=1.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "oscar/cuda/decode_attention.h"
+
+namespace {
+
+using oscar::cuda::DecodeAttentionParams;
+
+#define CHECK_CUDA(call)                                                                                     \
+  do {                                                                                                       \
+    const cudaError_t e_ = (call);                                                                           \
+    if (e_ != cudaSuccess) {                                                                                 \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));    \
+      std::exit(1);                                                                                          \
+    }                                                                                                        \
+  } while (0)
+
+int g_failed = 0;
+int g_passed = 0;
+
+void report(bool ok, const std::string& line) {
+  std::printf("%s %s\n", ok ? "[PASS]" : "[FAIL]", line.c_str());
+  std::fflush(stdout);
+  (ok ? g_passed : g_failed)++;
+}
+
+// ---- 16-bit formats (written from the IEEE definitions, not from src/oscar/core) -------
+
+float bf16_to_f32(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t f32_to_bf16(float f) {  // round to nearest even (inputs are finite)
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+float fp16_to_f32(uint16_t h) {
+  const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  const float sign = (h & 0x8000) ? -1.0f : 1.0f;
+  if (e == 0) return sign * std::ldexp(float(m), -24);
+  if (e == 31) return m ? NAN : sign * INFINITY;
+  return sign * std::ldexp(float(1024 + m), e - 25);
+}
+
+uint16_t f32_to_fp16(float f) {  // round to nearest even, overflow to inf
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = uint16_t((x >> 16) & 0x8000u);
+  x &= 0x7fffffffu;
+  if (x > 0x7f800000u) return uint16_t(sign | 0x7e00u);
+  if (x >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // >= 65520 rounds to inf
+  float a;
+  std::memcpy(&a, &x, 4);
+  if (a < 0x1p-14f) return uint16_t(sign | uint16_t(std::nearbyint(double(a) * 0x1p24)));  // subnormal (or 0x400)
+  uint32_t h = ((((x >> 23) & 0xffu) - 112u) << 10) | ((x >> 13) & 0x3ffu);
+  const uint32_t rest = x & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry into the exponent is right
+  return uint16_t(sign | h);
+}
+
+// ---- the §1 row: codes of each group in the parts layout, then (fp16 scale, zero) per group
+
+struct RowFormat {
+  int d, bits, group;
+  int levels() const { return (1 << bits) - 1; }
+  int code_bytes() const { return d * bits / 8; }
+  int row_bytes() const { return code_bytes() + 4 * (d / group); }
+};
+
+// §3 with clipping off: per group min/max, range floored at max(|lo|,|hi|)/256, scale
+// rounded UP to fp16, zero = −lo/scale rounded to nearest, codes from the rounded pair.
+void quantize_row(const RowFormat& f, const float* x, uint8_t* row) {
+  const int k = 8 / f.bits, part = f.group / k, L = f.levels();
+  std::memset(row, 0, size_t(f.row_bytes()));
+  for (int g = 0; g < f.d / f.group; ++g) {
+    const float* xg = x + g * f.group;
+    const float lo = *std::min_element(xg, xg + f.group), hi = *std::max_element(xg, xg + f.group);
+    const float mag = std::max(std::fabs(lo), std::fabs(hi));
+    const float range = std::max(hi - lo, mag * (1.0f / 256.0f));
+    const float scale = std::min(std::max(range / float(L), 0x1p-24f), 65504.0f);
+    uint16_t s16 = f32_to_fp16(scale);
+    if (fp16_to_f32(s16) < scale) ++s16;
+    const float s = fp16_to_f32(s16);
+    const uint16_t z16 = f32_to_fp16(std::min(std::max(0.0f - lo / s, -65504.0f), 65504.0f));
+    const float z = fp16_to_f32(z16);
+    uint8_t* codes = row + g * (f.group * f.bits / 8);
+    for (int i = 0; i < f.group; ++i) {
+      const float t = xg[i] / s + z + 0.5f;
+      const int c = t >= 1.0f ? std::min(int(t), L) : 0;
+      codes[i % part] = uint8_t(codes[i % part] | (c << ((i / part) * f.bits)));
+    }
+    uint8_t* pair = row + f.code_bytes() + 4 * g;
+    pair[0] = uint8_t(s16 & 0xff);
+    pair[1] = uint8_t(s16 >> 8);
+    pair[2] = uint8_t(z16 & 0xff);
+    pair[3] = uint8_t(z16 >> 8);
+  }
+}
+
+// x̂ = (code − z)·s in f32, as the CPU codec reconstructs it.
+void dequantize_row(const RowFormat& f, const uint8_t* row, float* x) {
+  const int k = 8 / f.bits, part = f.group / k, mask = f.levels();
+  for (int g = 0; g < f.d / f.group; ++g) {
+    const uint8_t* pair = row + f.code_bytes() + 4 * g;
+    const float s = fp16_to_f32(uint16_t(pair[0] | (pair[1] << 8)));
+    const float z = fp16_to_f32(uint16_t(pair[2] | (pair[3] << 8)));
+    const uint8_t* codes = row + g * (f.group * f.bits / 8);
+    for (int i = 0; i < f.group; ++i) {
+      const int c = (codes[i % part] >> ((i / part) * f.bits)) & mask;
+      x[g * f.group + i] = (float(c) - z) * s;
+    }
+  }
+}
+
+// ---- a random mixed cache on the host ----------------------------------------------------
+
+struct Case {
+  std::string name;
+  int bits;  // 0: BF16 only
+  int d, group_size, n_kv, gqa, sink, window, chunk;  // chunk 0: decode_attention_default_chunk
+  std::vector<int> lens;
+};
+
+constexpr int kPage = 16;
+constexpr uint16_t kBf16Poison = 0x7fc0;  // NaN: a row the kernel must not read
+constexpr uint8_t kQuantPoison = 0x7e;    // every fp16 made of it is NaN (scale and zero)
+
+struct HostCache {
+  Case c;
+  RowFormat fmt{};
+  int n_heads = 0, fp_stride = 0, hist_stride = 0;
+  std::vector<int> hist_end;                    // [B]
+  std::vector<int32_t> fp_blocks, hist_blocks;  // [B, stride]
+  std::vector<uint16_t> fp_k, fp_v;             // [n_fp_blocks, n_kv, 16, d]
+  std::vector<uint8_t> hist_k, hist_v;          // [n_hist_blocks, n_kv, 16 · row_bytes]
+  std::vector<float> q;                         // [B, n_heads, d]
+
+  int batch() const { return int(c.lens.size()); }
+  int hist_begin(int b) const { return std::min(c.sink, c.lens[size_t(b)]); }
+  int hist_stop(int b) const {
+    return c.bits == 0 ? hist_begin(b) : std::min(std::max(hist_end[size_t(b)], hist_begin(b)), c.lens[size_t(b)]);
+  }
+  bool in_history(int b, int t) const { return t >= hist_begin(b) && t < hist_stop(b); }
+  size_t page_bytes() const { return size_t(kPage) * size_t(fmt.row_bytes()); }
+};
+
+HostCache build_cache(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uni(-1.5f, 1.5f);
+  HostCache h;
+  h.c = c;
+  h.fmt = RowFormat{c.d, c.bits == 0 ? 8 : c.bits, c.bits == 0 ? c.d : c.group_size};
+  h.n_heads = c.n_kv * c.gqa;
+  const int B = int(c.lens.size());
+  const int max_len = *std::max_element(c.lens.begin(), c.lens.end());
+  h.fp_stride = (max_len + kPage - 1) / kPage + 2;  // spare −1 entries past the end
+  h.hist_stride = h.fp_stride;
+  h.hist_end.resize(size_t(B));
+  for (int b = 0; b < B; ++b)  // T = 1 demotion: h(t) = S + max(0, t − S − W)
+    h.hist_end[size_t(b)] = c.sink + std::max(0, c.lens[size_t(b)] - c.sink - c.window);
+
+  // Pages: an fp page exists when one of its tokens is sink/recent, a history page when one
+  // of its rows is history; ids are shuffled over pools with spare (poisoned) pages.
+  h.fp_blocks.assign(size_t(B) * h.fp_stride, -1);
+  h.hist_blocks.assign(size_t(B) * h.hist_stride, -1);
+  std::vector<std::pair<int, int>> fp_need, hist_need;  // (b, page index)
+  for (int b = 0; b < B; ++b) {
+    const int t = c.lens[size_t(b)];
+    for (int p = 0; p * kPage < t; ++p) {
+      bool fp = false;
+      for (int x = p * kPage; x < std::min(t, p * kPage + kPage); ++x) fp = fp || !h.in_history(b, x);
+      if (fp) fp_need.emplace_back(b, p);
+    }
+    for (int p = 0; h.hist_begin(b) + p * kPage < h.hist_stop(b); ++p) hist_need.emplace_back(b, p);
+  }
+  const int n_fp_blocks = int(fp_need.size()) + 3, n_hist_blocks = int(hist_need.size()) + 3;
+  std::vector<int> fp_ids(static_cast<size_t>(n_fp_blocks)), hist_ids(static_cast<size_t>(n_hist_blocks));
+  std::iota(fp_ids.begin(), fp_ids.end(), 0);
+  std::iota(hist_ids.begin(), hist_ids.end(), 0);
+  std::shuffle(fp_ids.begin(), fp_ids.end(), rng);
+  std::shuffle(hist_ids.begin(), hist_ids.end(), rng);
+  for (size_t i = 0; i < fp_need.size(); ++i)
+    h.fp_blocks[size_t(fp_need[i].first) * h.fp_stride + size_t(fp_need[i].second)] = fp_ids[i];
+  for (size_t i = 0; i < hist_need.size(); ++i)
+    h.hist_blocks[size_t(hist_need[i].first) * h.hist_stride + size_t(hist_need[i].second)] = hist_ids[i];
+
+  const size_t fp_elems = size_t(n_fp_blocks) * c.n_kv * kPage * c.d;
+  h.fp_k.assign(fp_elems, kBf16Poison);
+  h.fp_v.assign(fp_elems, kBf16Poison);
+  if (c.bits != 0) {
+    h.hist_k.assign(size_t(n_hist_blocks) * c.n_kv * h.page_bytes(), kQuantPoison);
+    h.hist_v.assign(h.hist_k.size(), kQuantPoison);
+  }
+
+  // Rows: keys get a per-channel offset (so zeros are not all near L/2), values are N(0, 1).
+  std::vector<float> key_bias(size_t(c.n_kv) * c.d);
+  for (float& v : key_bias) v = uni(rng);
+  std::vector<float> k(size_t(c.d)), v(size_t(c.d));
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < c.lens[size_t(b)]; ++t) {
+      for (int kvh = 0; kvh < c.n_kv; ++kvh) {
+        for (int i = 0; i < c.d; ++i) {
+          k[size_t(i)] = normal(rng) + key_bias[size_t(kvh) * c.d + i];
+          v[size_t(i)] = normal(rng);
+        }
+        if (h.in_history(b, t)) {
+          const int page = h.hist_blocks[size_t(b) * h.hist_stride + size_t((t - c.sink) / kPage)];
+          const size_t off = (size_t(page) * c.n_kv + kvh) * h.page_bytes() +
+                             size_t((t - c.sink) % kPage) * size_t(h.fmt.row_bytes());
+          quantize_row(h.fmt, k.data(), h.hist_k.data() + off);
+          quantize_row(h.fmt, v.data(), h.hist_v.data() + off);
+        } else {
+          const int page = h.fp_blocks[size_t(b) * h.fp_stride + size_t(t / kPage)];
+          const size_t off = ((size_t(page) * c.n_kv + kvh) * kPage + size_t(t % kPage)) * c.d;
+          for (int i = 0; i < c.d; ++i) {
+            h.fp_k[off + size_t(i)] = f32_to_bf16(k[size_t(i)]);
+            h.fp_v[off + size_t(i)] = f32_to_bf16(v[size_t(i)]);
+          }
+        }
+      }
+    }
+  }
+  h.q.resize(size_t(B) * h.n_heads * c.d);
+  for (float& x : h.q) x = normal(rng);
+  return h;
+}
+
+// ---- f64 reference over the stored bytes --------------------------------------------------
+
+// Row of (b, kvh, t) as f32: the bf16 row of its fp page or the dequantized history row.
+void read_row(const HostCache& h, bool key, int b, int kvh, int t, float* x) {
+  const Case& c = h.c;
+  if (h.in_history(b, t)) {
+    const int page = h.hist_blocks[size_t(b) * h.hist_stride + size_t((t - c.sink) / kPage)];
+    if (page < 0) throw std::logic_error("test bug: history row without a page");
+    const size_t off =
+        (size_t(page) * c.n_kv + kvh) * h.page_bytes() + size_t((t - c.sink) % kPage) * size_t(h.fmt.row_bytes());
+    dequantize_row(h.fmt, (key ? h.hist_k : h.hist_v).data() + off, x);
+  } else {
+    const int page = h.fp_blocks[size_t(b) * h.fp_stride + size_t(t / kPage)];
+    if (page < 0) throw std::logic_error("test bug: fp row on a released page");
+    const size_t off = ((size_t(page) * c.n_kv + kvh) * kPage + size_t(t % kPage)) * c.d;
+    for (int i = 0; i < c.d; ++i) x[i] = bf16_to_f32((key ? h.fp_k : h.fp_v)[off + size_t(i)]);
+  }
+}
+
+// out [B, n_heads, d]; lens overrides the sequence lengths (the drop-a-key self-check).
+std::vector<double> reference(const HostCache& h, const std::vector<int>& lens) {
+  const Case& c = h.c;
+  std::vector<double> out(h.q.size(), 0.0);
+  std::vector<float> row(size_t(c.d));
+  for (int b = 0; b < h.batch(); ++b) {
+    const int t_len = lens[size_t(b)];
+    for (int kvh = 0; kvh < c.n_kv; ++kvh) {
+      std::vector<double> s(size_t(t_len) * c.gqa);
+      for (int t = 0; t < t_len; ++t) {
+        read_row(h, true, b, kvh, t, row.data());
+        for (int g = 0; g < c.gqa; ++g) {
+          const float* q = h.q.data() + (size_t(b) * h.n_heads + size_t(kvh) * c.gqa + g) * c.d;
+          double dot = 0.0;
+          for (int i = 0; i < c.d; ++i) dot += double(q[i]) * double(row[size_t(i)]);
+          s[size_t(g) * t_len + t] = dot / std::sqrt(double(c.d));
+        }
+      }
+      for (int g = 0; g < c.gqa; ++g) {
+        double* sg = s.data() + size_t(g) * t_len;
+        const double m = t_len > 0 ? *std::max_element(sg, sg + t_len) : 0.0;
+        double l = 0.0;
+        for (int t = 0; t < t_len; ++t) l += (sg[t] = std::exp(sg[t] - m));
+        for (int t = 0; t < t_len; ++t) sg[t] /= l;
+      }
+      double* o = out.data() + (size_t(b) * h.n_heads + size_t(kvh) * c.gqa) * c.d;
+      for (int t = 0; t < t_len; ++t) {
+        read_row(h, false, b, kvh, t, row.data());
+        for (int g = 0; g < c.gqa; ++g)
+          for (int i = 0; i < c.d; ++i) o[size_t(g) * c.d + i] += s[size_t(g) * t_len + t] * double(row[size_t(i)]);
+      }
+    }
+  }
+  return out;
+}
+
+// ---- the GPU side ---------------------------------------------------------------------------
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes) { CHECK_CUDA(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
+  template <class T>
+  static DeviceBuffer from(const std::vector<T>& v) {
+    DeviceBuffer d(v.size() * sizeof(T));
+    if (!v.empty()) CHECK_CUDA(cudaMemcpy(d.ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(o.ptr) { o.ptr = nullptr; }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (ptr) cudaFree(ptr);
+  }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
+};
+
+int g_n_sm = 0;
+
+// Runs the kernel on the cache (with lens as the GPU's lengths); out is poisoned with NaN first.
+std::vector<float> run_gpu(const HostCache& h, const std::vector<int>& lens) {
+  const Case& c = h.c;
+  DeviceBuffer q = DeviceBuffer::from(h.q), len = DeviceBuffer::from(lens), hend = DeviceBuffer::from(h.hist_end);
+  DeviceBuffer fpk = DeviceBuffer::from(h.fp_k), fpv = DeviceBuffer::from(h.fp_v);
+  DeviceBuffer fpb = DeviceBuffer::from(h.fp_blocks), hb = DeviceBuffer::from(h.hist_blocks);
+  DeviceBuffer hk = DeviceBuffer::from(h.hist_k), hv = DeviceBuffer::from(h.hist_v);
+  DecodeAttentionParams p;
+  p.batch = h.batch();
+  p.n_heads = h.n_heads;
+  p.n_kv_heads = c.n_kv;
+  p.head_dim = c.d;
+  p.bits = c.bits;
+  p.group = c.group_size;
+  p.sink = c.sink;
+  p.max_seq_len = *std::max_element(lens.begin(), lens.end());
+  p.chunk_keys = c.chunk > 0 ? c.chunk
+                             : oscar::cuda::decode_attention_default_chunk(p.batch, p.n_kv_heads, p.max_seq_len, g_n_sm);
+  p.q = q.as<float>();
+  p.seq_len = len.as<int32_t>();
+  p.fp_k = fpk.as<uint16_t>();
+  p.fp_v = fpv.as<uint16_t>();
+  p.fp_blocks = fpb.as<int32_t>();
+  p.fp_blocks_stride = h.fp_stride;
+  if (c.bits != 0) {
+    p.hist_end = hend.as<int32_t>();
+    p.hist_k = hk.as<uint8_t>();
+    p.hist_v = hv.as<uint8_t>();
+    p.hist_blocks = hb.as<int32_t>();
+    p.hist_blocks_stride = h.hist_stride;
+  }
+  DeviceBuffer ws(oscar::cuda::decode_attention_workspace_bytes(p));
+  DeviceBuffer out(h.q.size() * sizeof(float));
+  CHECK_CUDA(cudaMemset(ws.ptr, 0xff, oscar::cuda::decode_attention_workspace_bytes(p)));
+  CHECK_CUDA(cudaMemset(out.ptr, 0xff, h.q.size() * sizeof(float)));  // 0xffffffff is NaN
+  p.workspace = ws.as<float>();
+  p.out = out.as<float>();
+  oscar::cuda::decode_attention(p);
+  CHECK_CUDA(cudaGetLastError());
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> result(h.q.size());
+  CHECK_CUDA(cudaMemcpy(result.data(), out.ptr, result.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return result;
+}
+
+// Tolerances for an f32 kernel against f64 over the same dequantized rows. Outputs are
+// O(0.01–1); f32 accumulation over ≤ 4097 keys is off by a few 1e-6 at worst (mostly
+// 1e-7), so these leave ≥ 10× margin, while a wrong code, scale, zero or a missed key
+// moves outputs by ≥ 1e-3 (the self-checks below show it).
+constexpr double kAtol = 5e-5, kRtol = 5e-4, kRelL2 = 5e-5;
+
+struct Compare {
+  bool ok;
+  double max_abs, rel_l2;
+  long nan_count;
+};
+
+Compare compare(const std::vector<float>& got, const std::vector<double>& want) {
+  Compare r{true, 0.0, 0.0, 0};
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) {
+      ++r.nan_count;
+      r.ok = false;
+      continue;
+    }
+    const double e = std::fabs(double(got[i]) - want[i]);
+    r.max_abs = std::max(r.max_abs, e);
+    if (e > kAtol + kRtol * std::fabs(want[i])) r.ok = false;
+    num += e * e;
+    den += want[i] * want[i];
+  }
+  r.rel_l2 = den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+  if (r.rel_l2 > kRelL2) r.ok = false;
+  return r;
+}
+
+std::string describe(const Compare& r) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "max_abs %.2e rel_l2 %.2e nan %ld", r.max_abs, r.rel_l2, r.nan_count);
+  return buf;
+}
+
+std::string lens_str(const std::vector<int>& lens) {
+  std::string s;
+  for (int t : lens) s += (s.empty() ? "" : ",") + std::to_string(t);
+  return s;
+}
+
+void run_case(const Case& c, uint32_t seed) {
+  const HostCache h = build_cache(c, seed);
+  const Compare r = compare(run_gpu(h, c.lens), reference(h, c.lens));
+  report(r.ok, c.name + " lens=" + lens_str(c.lens) + " chunk=" + std::to_string(c.chunk) + ": " + describe(r));
+}
+
+// The comparison must be able to fail: a flipped history code byte and a dropped key.
+void run_self_checks(uint32_t seed) {
+  const Case c{"self-check int2 d128 G128 gqa4", 2, 128, 128, 2, 4, 64, 256, 128, {37, 420}};
+  HostCache h = build_cache(c, seed);
+  const std::vector<double> ref = reference(h, c.lens);
+
+  // (a) Flip every bit of the first code byte of the V row with the largest weight for head
+  // 0 of sequence 1 (history rows [64, 164)): INT2 codes c → 3 − c, so each of the byte's
+  // 4 dims moves by ≥ 1 step.
+  const int b = 1, kvh = 0;
+  int best = c.sink;
+  {
+    std::vector<float> k(size_t(c.d));
+    double best_s = -1e300;
+    const float* q = h.q.data() + size_t(b) * h.n_heads * c.d;
+    for (int t = c.sink; t < h.hist_stop(b); ++t) {
+      read_row(h, true, b, kvh, t, k.data());
+      double s = 0.0;
+      for (int i = 0; i < c.d; ++i) s += double(q[i]) * k[size_t(i)];
+      if (s > best_s) best_s = s, best = t;
+    }
+  }
+  HostCache bad = h;
+  const int page = h.hist_blocks[size_t(b) * h.hist_stride + size_t((best - c.sink) / kPage)];
+  bad.hist_v[(size_t(page) * c.n_kv + kvh) * h.page_bytes() + size_t((best - c.sink) % kPage) * h.fmt.row_bytes()] ^= 0xff;
+  const std::vector<double> ref_bad = reference(bad, c.lens);
+  const std::vector<float> gpu_bad = run_gpu(bad, c.lens);
+  double predicted = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) predicted = std::max(predicted, std::fabs(ref[i] - ref_bad[i]));
+  const Compare vs_orig = compare(gpu_bad, ref), vs_bad = compare(gpu_bad, ref_bad);
+  report(predicted > 20 * kAtol && !vs_orig.ok && vs_bad.ok,
+         "self-check corrupted code byte (token " + std::to_string(best) + "): reference moves by " +
+             std::to_string(predicted) + "; vs original " + (vs_orig.ok ? "passed (BAD)" : "fails (good)") +
+             ", vs corrupted reference " + describe(vs_bad));
+
+  // (b) The GPU sees one key less than the reference (sequence 0: sink only, 37 keys).
+  std::vector<int> short_lens = c.lens;
+  short_lens[0] -= 1;
+  const std::vector<float> gpu_short = run_gpu(h, short_lens);
+  const Compare miss = compare(gpu_short, ref), same = compare(gpu_short, reference(h, short_lens));
+  report(!miss.ok && same.ok, std::string("self-check dropped last key: vs full reference ") +
+                                  (miss.ok ? "passed (BAD)" : "fails (good, " + describe(miss) + ")") +
+                                  ", vs shortened reference " + describe(same));
+}
+
+// Invalid parameters are refused with a message, before anything is launched.
+void run_param_checks() {
+  DecodeAttentionParams p;
+  p.batch = 1;
+  p.n_heads = 8;
+  p.n_kv_heads = 2;
+  p.head_dim = 96;
+  p.chunk_keys = 256;
+  std::string msg;
+  try {
+    oscar::cuda::decode_attention(p);
+  } catch (const std::runtime_error& e) {
+    msg = e.what();
+  }
+  report(msg.find("head_dim 96") != std::string::npos, "invalid head_dim refused: \"" + msg + "\"");
+}
+
+}  // namespace
+
+int main() {
+  int n_dev = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n_dev);
+  const char* require = std::getenv("OSCAR_REQUIRE_GPU");
+  if (e != cudaSuccess || n_dev == 0) {
+    if (require && std::strcmp(require, "1") == 0) {
+      std::printf("no CUDA device (%s) but OSCAR_REQUIRE_GPU=1: FAIL\n", cudaGetErrorString(e));
+      return 1;
+    }
+    std::printf("no CUDA device: skipped\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  g_n_sm = prop.multiProcessorCount;
+  const char* seed_env = std::getenv("OSCAR_TEST_SEED");
+  const uint32_t seed = seed_env ? uint32_t(std::strtoul(seed_env, nullptr, 10)) : 20250101u;
+  std::printf("device: %s (%d SMs), seed %u (OSCAR_TEST_SEED)\n", prop.name, g_n_sm, seed);
+  std::printf("tolerance: |gpu - ref| <= %.0e + %.0e*|ref| per element, rel L2 <= %.0e, no NaN\n", kAtol, kRtol,
+              kRelL2);
+
+  // bits, d, G, n_kv, gqa, sink, window, chunk, lens. Lengths cover: empty, sink only
+  // (t < S), no history yet (t <= S + W), one past the window, page and chunk edges, long
+  // odd lengths; S not a multiple of 16 and S = 0; chunks of 64 … 1024 and the default.
+  const std::vector<Case> cases = {
+      {"int2 d128 G128 gqa4", 2, 128, 128, 2, 4, 64, 256, 256, {4097, 50, 321, 3000, 1}},
+      {"int2 d128 G32 gqa6", 2, 128, 32, 1, 6, 64, 256, 512, {3001, 320, 0}},
+      {"int2 d128 G64 gqa2 S7 W100", 2, 128, 64, 2, 2, 7, 100, 320, {1234, 108, 3000}},
+      {"int2 d64 G64 gqa4 S0 W128", 2, 64, 64, 2, 4, 0, 128, 64, {1000, 129, 128, 97}},
+      {"int2 d64 G32 gqa8 default-chunk", 2, 64, 32, 2, 8, 64, 256, 0, {2500, 333}},
+      {"int2 no history yet", 2, 128, 128, 2, 4, 64, 256, 128, {320, 100, 64, 17}},
+      {"int4 d128 G64 gqa8", 4, 128, 64, 2, 8, 64, 256, 128, {2049, 65, 700}},
+      {"int4 d64 G32 gqa3", 4, 64, 32, 2, 3, 64, 256, 256, {513, 1500}},
+      {"int4 d128 G128 gqa7", 4, 128, 128, 1, 7, 64, 256, 384, {1600}},
+      {"int8 d64 G32 gqa1 S5 W37", 8, 64, 32, 3, 1, 5, 37, 192, {2000, 17, 4097, 6}},
+      {"int8 d128 G128 gqa4", 8, 128, 128, 2, 4, 64, 256, 1024, {2500, 300, 54}},
+      {"int8 d64 G64 gqa5", 8, 64, 64, 2, 5, 64, 256, 256, {777}},
+      {"bf16 d128 gqa4", 0, 128, 128, 2, 4, 64, 256, 256, {3000, 1, 700}},
+      {"bf16 d64 gqa8", 0, 64, 64, 1, 8, 64, 256, 512, {4097, 33}},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) run_case(cases[i], seed + uint32_t(i));
+  run_self_checks(seed + 1000u);
+  run_param_checks();
+
+  std::printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}
