@@ -37,7 +37,7 @@ def main():
             ys = [r[key] for r in rows]
             ax.scatter(xs, ys, label=label_of(path))
             for r, x, y in zip(rows, xs, ys):
-                ax.annotate(r["kv"], (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+                ax.annotate(r["kv"].replace("@seq20000_prompt40_", "@"), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("effective bits per K/V element (codes + scales + BF16 windows)")
