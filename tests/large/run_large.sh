@@ -8,7 +8,8 @@
 #   2. perplexity on tests/data/ppl_text.txt, -c 256 --chunks 2 (docs eval-protocol) with the
 #      default KV (bf16; OSCAR_LARGE_PPL_KV="bf16 f32" for both): within 0.5 % of the reference;
 #   3. the key-bias split on the held-out novel (-c 1024): int4 collapses without it and
-#      stays within 2 % of BF16 with it.
+#      stays within 2 % of BF16 with it;
+#   4. calibrate → int2-oscar within 5 % of BF16 on the held-out novel (-c 1024).
 # Exits 0 with "skipped" unless OSCAR_TEST_LARGE=1, and when the model file is missing
 # (fetch it with scripts/fetch-qwen.sh). About 4 minutes on 2 idle cores (the reference
 # is ~2.5 of them; its result is cached in the work dir and reused while nothing changed).
@@ -132,6 +133,22 @@ if [[ -f "$novel" ]]; then
     say "ok   key-bias split: PPL bf16 $p_bf16, int4 $p_int4, int4 --k-bias-split $p_split (-c 1024)"
   else
     say "FAIL key-bias split: PPL bf16 $p_bf16, int4 $p_int4, int4 --k-bias-split $p_split (-c 1024)"; rc=1
+  fi
+  # 4. OSCAR end to end: calibrate (the cached full calibration when bench/ made one, else
+  #    a small one here: 4000 tokens, the default clip search on 1024 probe tokens), then
+  #    int2-oscar (key-bias split and searched clips by default) within 5 % of BF16.
+  rot="$OSCAR_CACHE/rotations/$(basename "$model" .gguf)/$OSCAR_ROTATIONS_NAME"
+  if [[ ! -f "$rot/manifest.json" ]]; then
+    rot="$work/rotations"
+    [[ -f "$rot/manifest.json" ]] || "$bin" calibrate -m "$model" -t "$threads" -f "$OSCAR_CALIB_TEXT" --tokens 4000 \
+      --prompts 8 --probe-tokens 1024 -o "$rot" > "$work/calibrate.log" 2>&1 \
+      || { say "FAIL: calibrate failed:"; tail -3 "$work/calibrate.log" >&2; rc=1; }
+  fi
+  p_oscar="$(ppl_of --kv int2-oscar --rotations "$rot")"
+  if "$py" -c "import sys; b,o=map(float,sys.argv[1:]); sys.exit(0 if abs(o/b-1) <= 0.05 else 1)" "$p_bf16" "$p_oscar"; then
+    say "ok   int2-oscar PPL $p_oscar vs bf16 $p_bf16 (-c 1024, rotations $rot)"
+  else
+    say "FAIL int2-oscar PPL $p_oscar vs bf16 $p_bf16 (-c 1024, rotations $rot): more than 5 % apart"; rc=1
   fi
 else
   say "FAIL key-bias split check: held-out text $novel missing (run scripts/setup.sh)"; rc=1
