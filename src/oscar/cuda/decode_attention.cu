@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(kThreads) decode_chunk_kernel(const DecodeAtte
   cp_async_commit();
   int stage = 0;
   while (have) {
-    Tile nxt;
+    Tile nxt{};
     const bool have_next = cursor.next(nxt);
     cp_async_wait_all();
     // The current tile is visible to all, and every thread is done with the other stage.
