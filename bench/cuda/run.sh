@@ -21,8 +21,8 @@ fi
 cmake -S src/oscar/cuda -B "$build_dir" -DCMAKE_BUILD_TYPE=Release ${generator[@]+"${generator[@]}"}
 cmake --build "$build_dir" -j "$(nproc)"
 
-commit="$(git rev-parse --short HEAD 2>/dev/null || true)"
-commit="${commit:-${OSCAR_COMMIT:-unknown}}"
+# OSCAR_COMMIT first: the GPU machine's copy of the tree may carry a stale .git.
+commit="${OSCAR_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv || true
 
 echo "== tests"
