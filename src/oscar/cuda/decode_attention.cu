@@ -41,17 +41,33 @@ struct Geometry {
   static constexpr int kFpTileBytes = kTile * kFpRowBytes;
   // A history tile is 4 whole pages copied verbatim; G = 32 gives the longest rows.
   static constexpr int kQuantTileBytes = kHist ? kTile * (kCodeBytes + 4 * kDim / 32) : 0;
-  static constexpr int kStageBytes = ((kFpTileBytes > kQuantTileBytes ? kFpTileBytes : kQuantTileBytes) + 15) / 16 * 16;
+  // Only the BF16-only kernel stages fp tiles in shared memory. With a history, the fp keys
+  // (sink and recent window: a few hundred of a chunk's keys at most) are read straight
+  // from global memory, so the stages are sized for packed tiles (3 KB for INT2 at d 128
+  // instead of 17 KB) and several CTAs fit on a SM.
+  static constexpr int kStageBytes = ((kHist ? kQuantTileBytes : kFpTileBytes) + 15) / 16 * 16;
+  // QK: the row is split into kQkParts parts and a thread takes kQkKeys keys of one part,
+  // so each q value it reads from shared memory meets kQkKeys keys.
+  static constexpr int kQkParts = kHist ? 4 : 2;
+  static constexpr int kQkKeyThreads = kThreads / kQkParts;
+  static constexpr int kQkKeys = kTile / kQkKeyThreads;
+  static constexpr int kMaxQGroups = 4;  // d / G at most (G >= 32, d <= 128)
 
-  // Shared memory: [2 stages][K, V][kStageBytes] | q [kMaxGroup][d] | partial scores
-  // [2 halves][kMaxGroup][kTile] | p [kTile][kMaxGroup] | m, l, alpha [kMaxGroup].
-  static constexpr size_t kQOff = 4 * size_t(kStageBytes);
-  static constexpr size_t kPartOff = kQOff + size_t(kMaxGroup) * kDim * 4;
-  static constexpr size_t kPOff = kPartOff + 2 * size_t(kMaxGroup) * kTile * 4;
+  // Shared memory: [2 stages][K, V][kStageBytes] (also the final reduction buffer) | q
+  // [kMaxGroup][d] | Σq per group [kMaxGroup][4] | partial scores [kQkParts][kMaxGroup][kTile]
+  // | p [kTile][kMaxGroup] | m, l, alpha [kMaxGroup].
+  static constexpr size_t kRedBytes = size_t(kWarps) * kMaxGroup * kDim * 4;
+  static constexpr size_t kBufBytes = 4 * size_t(kStageBytes) > kRedBytes ? 4 * size_t(kStageBytes) : kRedBytes;
+  static constexpr size_t kQOff = kBufBytes;
+  static constexpr size_t kQSumOff = kQOff + size_t(kMaxGroup) * kDim * 4;
+  static constexpr size_t kPartOff = kQSumOff + size_t(kMaxGroup) * kMaxQGroups * 4;
+  static constexpr size_t kPOff = kPartOff + size_t(kQkParts) * kMaxGroup * kTile * 4;
   static constexpr size_t kStatOff = kPOff + size_t(kTile) * kMaxGroup * 4;
   static constexpr size_t kSmemBytes = kStatOff + 3 * size_t(kMaxGroup) * 4;
-  // The final cross-warp reduction reuses the stage buffers.
-  static_assert(size_t(kWarps) * kMaxGroup * kDim * 4 <= 4 * size_t(kStageBytes), "reduction buffer");
+  static_assert(kBufBytes % 16 == 0 && kQOff % 16 == 0 && kPartOff % 16 == 0, "16-byte aligned regions");
+  static_assert(kQkKeyThreads % 32 == 0 && kTile % kQkKeyThreads == 0, "QK lane mapping");
+  // Every part starts on a 4-byte word of codes, and (P = G·bits/8 >= 8) so does every group.
+  static_assert(!kHist || (kCodeBytes / kQkParts) % 4 == 0, "QK part of a packed row");
   static_assert(kThreads % kUnits == 0 && kUnits <= 32 && 32 % kUnits == 0, "PV lane mapping");
 };
 
@@ -100,6 +116,20 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
+// Stands in for a row of a released fp page (which a correct caller never asks for): zeros,
+// as the staged path's zero-filling copy gives.
+__device__ __align__(16) uint8_t g_zero_fp_row[2 * 128];
+
+// BF16 row of token tok (K or V pool) in global memory, for kernels that do not stage fp tiles.
+template <int kDim>
+__device__ __forceinline__ const uint8_t* fp_row_global(const DecodeAttentionParams& p, const uint16_t* pool, int b,
+                                                        int kvh, int tok) {
+  const int page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + tok / kDecodeFpBlockTokens];
+  if (page < 0) return g_zero_fp_row;
+  const int64_t row = (int64_t(page) * p.n_kv_heads + kvh) * kDecodeFpBlockTokens + tok % kDecodeFpBlockTokens;
+  return reinterpret_cast<const uint8_t*>(pool) + row * (2 * kDim);
+}
+
 // Byte e (0..3) of w as a float, exactly: 0x4B0000ee is 2^23 + e, so one byte permute and
 // one subtraction replace an int→float conversion (which runs at a quarter of the rate).
 __device__ __forceinline__ float byte_to_float(uint32_t w, int e) {
@@ -132,6 +162,7 @@ __device__ void tile_load(const DecodeAttentionParams& p, const Tile& t, int b, 
                           uint8_t* sv) {
   const int tid = threadIdx.x;
   if (!t.hist) {
+    if constexpr (Geo::kHist) return;  // fp rows are read from global memory (see Geometry)
     constexpr int kParts = Geo::kFpRowBytes / 16 - 1;  // 16-byte parts of a 2d-byte row
     const int n = (t.hi - t.lo) * kParts;
     for (int c = tid; c < n; c += kThreads) {
@@ -165,62 +196,126 @@ __device__ void tile_load(const DecodeAttentionParams& p, const Tile& t, int b, 
   }
 }
 
-// Partial scores q_h · k for one key over half of its row (the two halves are summed in
-// the softmax step). fp row: dims [half·d/2, (half+1)·d/2).
-template <int kDim, int kMaxGroup>
-__device__ __forceinline__ void qk_fp(const uint8_t* row, int half, const float* sq, float (&sc)[kMaxGroup]) {
+// Partial scores q_h · k for kKeys keys over part `part` of kParts of their rows (the parts
+// are summed in the softmax step). fp row: dims [part·d/kParts, (part+1)·d/kParts). Each q
+// float4 read from shared memory meets all kKeys keys.
+template <int kDim, int kMaxGroup, int kParts, int kKeys>
+__device__ __forceinline__ void qk_fp(const uint8_t* const (&rows)[kKeys], int part, const float* sq,
+                                      float (&sc)[kKeys][kMaxGroup]) {
+  constexpr int kPartDims = kDim / kParts;
 #pragma unroll
-  for (int i = 0; i < kDim / 16; ++i) {
-    const uint4 w = *reinterpret_cast<const uint4*>(row + half * kDim + 16 * i);
-    const float x[8] = {bf16_lo(w.x), bf16_hi(w.x), bf16_lo(w.y), bf16_hi(w.y),
-                        bf16_lo(w.z), bf16_hi(w.z), bf16_lo(w.w), bf16_hi(w.w)};
-    const int dim0 = half * (kDim / 2) + 8 * i;
+  for (int i = 0; i < kPartDims / 8; ++i) {
+    float x[kKeys][8];
+#pragma unroll
+    for (int k = 0; k < kKeys; ++k) {
+      const uint4 w = *reinterpret_cast<const uint4*>(rows[k] + part * kPartDims * 2 + 16 * i);
+      x[k][0] = bf16_lo(w.x); x[k][1] = bf16_hi(w.x); x[k][2] = bf16_lo(w.y); x[k][3] = bf16_hi(w.y);
+      x[k][4] = bf16_lo(w.z); x[k][5] = bf16_hi(w.z); x[k][6] = bf16_lo(w.w); x[k][7] = bf16_hi(w.w);
+    }
+    const int dim0 = part * kPartDims + 8 * i;
 #pragma unroll
     for (int h = 0; h < kMaxGroup; ++h) {
       const float4 qa = *reinterpret_cast<const float4*>(sq + h * kDim + dim0);
       const float4 qb = *reinterpret_cast<const float4*>(sq + h * kDim + dim0 + 4);
-      float a = sc[h];
-      a = fmaf(qa.x, x[0], a); a = fmaf(qa.y, x[1], a); a = fmaf(qa.z, x[2], a); a = fmaf(qa.w, x[3], a);
-      a = fmaf(qb.x, x[4], a); a = fmaf(qb.y, x[5], a); a = fmaf(qb.z, x[6], a); a = fmaf(qb.w, x[7], a);
-      sc[h] = a;
+#pragma unroll
+      for (int k = 0; k < kKeys; ++k) {
+        float a = sc[k][h];
+        a = fmaf(qa.x, x[k][0], a); a = fmaf(qa.y, x[k][1], a); a = fmaf(qa.z, x[k][2], a); a = fmaf(qa.w, x[k][3], a);
+        a = fmaf(qb.x, x[k][4], a); a = fmaf(qb.y, x[k][5], a); a = fmaf(qb.z, x[k][6], a); a = fmaf(qb.w, x[k][7], a);
+        sc[k][h] = a;
+      }
     }
   }
 }
 
-// Packed row: code bytes [half·cb/2, (half+1)·cb/2), 4 at a time. Word at byte o of the
-// codes lies in group g = o / P (P = G·bits/8 bytes per group) at offset j; its byte e holds
-// dims g·G + j + e + s·P in bits [s·bits, (s+1)·bits): k runs of 4 consecutive dims, each
-// meeting one float4 of q. Each element is dequantized once (shared by the group's heads).
-template <int kBits, int kDim, int kMaxGroup>
-__device__ __forceinline__ void qk_quant(const uint8_t* row, int half, int group_size, int gb_log2, const float* sq,
-                                         float (&sc)[kMaxGroup]) {
+// Packed rows: code bytes [part·cb/kParts, (part+1)·cb/kParts), 4 at a time. Word at byte o
+// of the codes lies in group g = o / P (P = G·bits/8 bytes per group) at offset j; its byte e
+// holds dims g·G + j + e + s·P in bits [s·bits, (s+1)·bits): k runs of 4 consecutive dims,
+// each meeting one float4 of q (shared by the kKeys keys).
+// INT2/INT4, factored: q·x̂ over a group = s·(Σ q_i·c_i) − s·z·Σ q_i, so the inner loop is
+// code × q only; Σq per (head, group) comes precomputed in sqsum [kMaxGroup][4], and the
+// −s·z·Σq term is added by the thread whose part holds the group's first byte (j = 0; a group
+// starts on a word). INT8 keeps x̂ = fma(c, s, −z·s) per element (its codes reach 255, so the
+// two factored terms would cancel more).
+template <int kBits, int kDim, int kMaxGroup, int kParts, int kKeys>
+__device__ __forceinline__ void qk_quant(const uint8_t* const (&rows)[kKeys], int part, int group_size, int gb_log2,
+                                         const float* sq, const float* sqsum, float (&sc)[kKeys][kMaxGroup]) {
   constexpr int kCodeBytes = kDim * kBits / 8;
-  constexpr int kWords = kCodeBytes / 8;  // 4-byte words per half
+  constexpr int kPartBytes = kCodeBytes / kParts;
+  constexpr int kWords = kPartBytes / 4;
   constexpr int kRuns = 8 / kBits;
+  constexpr bool kFactored = kBits != 8;
   constexpr uint32_t kMask = kBits == 2 ? 0x03030303u : kBits == 4 ? 0x0f0f0f0fu : 0xffffffffu;
   const int gb = 1 << gb_log2;
-  float2 sz = make_float2(0.f, 0.f);
+  float2 sz[kKeys];
+  float t[kKeys][kMaxGroup];  // factored: Σ q·c of the current group
+#pragma unroll
+  for (int k = 0; k < kKeys; ++k) {
+    sz[k] = make_float2(0.f, 0.f);
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; ++h) t[k][h] = 0.0f;
+  }
 #pragma unroll
   for (int w = 0; w < kWords; ++w) {
-    const int o = half * (kCodeBytes / 2) + 4 * w;
+    const int o = part * kPartBytes + 4 * w;
     const int g = o >> gb_log2, j = o & (gb - 1);
-    if (w == 0 || j == 0) sz = load_scale_zero(row + kCodeBytes + 4 * g);
-    const uint32_t word = *reinterpret_cast<const uint32_t*>(row + o);
+    if (w == 0 || j == 0) {
+      if constexpr (kFactored) {
+        if (w != 0) {  // close the previous group
+#pragma unroll
+          for (int k = 0; k < kKeys; ++k)
+#pragma unroll
+            for (int h = 0; h < kMaxGroup; ++h) {
+              sc[k][h] = fmaf(sz[k].x, t[k][h], sc[k][h]);
+              t[k][h] = 0.0f;
+            }
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kKeys; ++k) {
+        sz[k] = load_scale_zero(rows[k] + kCodeBytes + 4 * g);  // (s, −z·s)
+        if constexpr (kFactored) {
+          if (j == 0) {
+#pragma unroll
+            for (int h = 0; h < kMaxGroup; ++h) sc[k][h] = fmaf(sz[k].y, sqsum[h * 4 + g], sc[k][h]);
+          }
+        }
+      }
+    }
+    uint32_t word[kKeys];
+#pragma unroll
+    for (int k = 0; k < kKeys; ++k) word[k] = *reinterpret_cast<const uint32_t*>(rows[k] + o);
 #pragma unroll
     for (int s = 0; s < kRuns; ++s) {
-      const uint32_t v = (word >> (s * kBits)) & kMask;
-      float x[4];
+      float x[kKeys][4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) x[e] = fmaf(byte_to_float(v, e), sz.x, sz.y);
+      for (int k = 0; k < kKeys; ++k) {
+        const uint32_t v = (word[k] >> (s * kBits)) & kMask;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if constexpr (kFactored)
+            x[k][e] = byte_to_float(v, e);
+          else
+            x[k][e] = fmaf(byte_to_float(v, e), sz[k].x, sz[k].y);
+        }
+      }
       const int dim0 = g * group_size + j + s * gb;
 #pragma unroll
       for (int h = 0; h < kMaxGroup; ++h) {
         const float4 qv = *reinterpret_cast<const float4*>(sq + h * kDim + dim0);
-        float a = sc[h];
-        a = fmaf(qv.x, x[0], a); a = fmaf(qv.y, x[1], a); a = fmaf(qv.z, x[2], a); a = fmaf(qv.w, x[3], a);
-        sc[h] = a;
+#pragma unroll
+        for (int k = 0; k < kKeys; ++k) {
+          float& a = kFactored ? t[k][h] : sc[k][h];
+          a = fmaf(qv.x, x[k][0], a); a = fmaf(qv.y, x[k][1], a); a = fmaf(qv.z, x[k][2], a); a = fmaf(qv.w, x[k][3], a);
+        }
       }
     }
+  }
+  if constexpr (kFactored) {
+#pragma unroll
+    for (int k = 0; k < kKeys; ++k)
+#pragma unroll
+      for (int h = 0; h < kMaxGroup; ++h) sc[k][h] = fmaf(sz[k].x, t[k][h], sc[k][h]);
   }
 }
 
@@ -266,15 +361,15 @@ __device__ __forceinline__ void pv_unit_fp(const uint8_t* row, int unit_dim0, in
   }
 }
 
-// grid (max_chunks, n_kv_heads, B), kThreads threads. gb_log2 = log2(G·bits/8), the bytes
+// Body of the chunk kernels: grid (max_chunks, n_kv_heads, B), kThreads threads. gb_log2 = log2(G·bits/8), the bytes
 // (= the run stride P in dims) of one group's codes; for bits = 0 it is log2(d).
 template <int kBits, int kDim, int kMaxGroup>
-__global__ void __launch_bounds__(kThreads) decode_chunk_kernel(const DecodeAttentionParams p, int gb_log2,
-                                                                int max_chunks) {
+__device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int gb_log2, int max_chunks) {
   using Geo = Geometry<kBits, kDim, kMaxGroup>;
   extern __shared__ __align__(16) uint8_t smem[];
   float* sq = reinterpret_cast<float*>(smem + Geo::kQOff);       // [kMaxGroup][d], pre-scaled
-  float* spart = reinterpret_cast<float*>(smem + Geo::kPartOff); // [2][kMaxGroup][kTile]
+  float* sqsum = reinterpret_cast<float*>(smem + Geo::kQSumOff); // [kMaxGroup][4] Σq per group
+  float* spart = reinterpret_cast<float*>(smem + Geo::kPartOff); // [kQkParts][kMaxGroup][kTile]
   float* sp = reinterpret_cast<float*>(smem + Geo::kPOff);       // [kTile][kMaxGroup]
   float* sm = reinterpret_cast<float*>(smem + Geo::kStatOff);    // running max (log2 units)
   float* sl = sm + kMaxGroup;                                    // running sum
@@ -300,6 +395,19 @@ __global__ void __launch_bounds__(kThreads) decode_chunk_kernel(const DecodeAtte
   if (tid < kMaxGroup) {
     sm[tid] = -INFINITY;
     sl[tid] = 0.0f;
+  }
+  if constexpr (Geo::kHist && kBits != 8) {
+    // Σq per (head, quantization group) for the factored INT2/INT4 scores; read after the
+    // barrier at the top of the tile loop.
+    __syncthreads();
+    const int n_groups = kDim / group_size;
+    for (int h = warp; h < kMaxGroup; h += kWarps)
+      for (int g = 0; g < n_groups; ++g) {
+        float v = 0.0f;
+        for (int i = lane; i < group_size; i += 32) v += sq[h * kDim + g * group_size + i];
+        v = warp_sum(v);
+        if (lane == 0) sqsum[h * 4 + g] = v;
+      }
   }
 
   // PV unit of this thread: 8 dims, the same in every tile (see Geometry).
@@ -334,24 +442,52 @@ __global__ void __launch_bounds__(kThreads) decode_chunk_kernel(const DecodeAtte
     const uint8_t* sk = smem + size_t(2 * stage) * Geo::kStageBytes;
     const uint8_t* sv = sk + Geo::kStageBytes;
 
-    // Scores: thread (key r, half) — warps 0-1 take half 0 and warps 2-3 half 1, so the
-    // q reads of a warp are broadcasts.
+    // Scores: thread (part, r0) takes keys r0 + k·kQkKeyThreads (k < kQkKeys) over one part
+    // of their rows. A warp lies in one part, so its q reads are broadcasts.
     {
-      const int r = tid % kTile, half = tid / kTile;
-      if (r >= cur.lo && r < cur.hi) {
-        float sc[kMaxGroup];
+      constexpr int kKeys = Geo::kQkKeys;
+      const int r0 = tid % Geo::kQkKeyThreads, part = tid / Geo::kQkKeyThreads;
+      bool valid[kKeys];
+      bool any = false;
 #pragma unroll
-        for (int h = 0; h < kMaxGroup; ++h) sc[h] = 0.0f;
+      for (int k = 0; k < kKeys; ++k) {
+        const int r = r0 + k * Geo::kQkKeyThreads;
+        valid[k] = r >= cur.lo && r < cur.hi;
+        any = any || valid[k];
+      }
+      if (any) {
+        float sc[kKeys][kMaxGroup];
+#pragma unroll
+        for (int k = 0; k < kKeys; ++k)
+#pragma unroll
+          for (int h = 0; h < kMaxGroup; ++h) sc[k][h] = 0.0f;
+        const uint8_t* rows[kKeys];
         if constexpr (Geo::kHist) {
-          if (cur.hist)
-            qk_quant<kBits, kDim, kMaxGroup>(sk + r * row_bytes, half, group_size, gb_log2, sq, sc);
-          else
-            qk_fp<kDim, kMaxGroup>(sk + r * Geo::kFpRowBytes, half, sq, sc);
+          // A key outside [lo, hi) computes on row lo (valid data) and is not stored.
+          if (cur.hist) {
+#pragma unroll
+            for (int k = 0; k < kKeys; ++k) rows[k] = sk + (valid[k] ? r0 + k * Geo::kQkKeyThreads : cur.lo) * row_bytes;
+            qk_quant<kBits, kDim, kMaxGroup, Geo::kQkParts, kKeys>(rows, part, group_size, gb_log2, sq, sqsum, sc);
+          } else {
+#pragma unroll
+            for (int k = 0; k < kKeys; ++k)
+              rows[k] = fp_row_global<kDim>(p, p.fp_k, b, kvh,
+                                            cur.base + (valid[k] ? r0 + k * Geo::kQkKeyThreads : cur.lo));
+            qk_fp<kDim, kMaxGroup, Geo::kQkParts, kKeys>(rows, part, sq, sc);
+          }
         } else {
-          qk_fp<kDim, kMaxGroup>(sk + r * Geo::kFpRowBytes, half, sq, sc);
+#pragma unroll
+          for (int k = 0; k < kKeys; ++k)
+            rows[k] = sk + (valid[k] ? r0 + k * Geo::kQkKeyThreads : cur.lo) * Geo::kFpRowBytes;
+          qk_fp<kDim, kMaxGroup, Geo::kQkParts, kKeys>(rows, part, sq, sc);
         }
 #pragma unroll
-        for (int h = 0; h < kMaxGroup; ++h) spart[(half * kMaxGroup + h) * kTile + r] = sc[h];
+        for (int k = 0; k < kKeys; ++k)
+          if (valid[k]) {
+#pragma unroll
+            for (int h = 0; h < kMaxGroup; ++h)
+              spart[(part * kMaxGroup + h) * kTile + r0 + k * Geo::kQkKeyThreads] = sc[k][h];
+          }
       }
     }
     __syncthreads();
@@ -361,9 +497,13 @@ __global__ void __launch_bounds__(kThreads) decode_chunk_kernel(const DecodeAtte
       float s[2], pr[2];
       for (int k = 0; k < 2; ++k) {
         const int r = lane + 32 * k;
-        s[k] = (h < group && r >= cur.lo && r < cur.hi)
-                   ? spart[h * kTile + r] + spart[(kMaxGroup + h) * kTile + r]
-                   : -INFINITY;
+        float v = -INFINITY;
+        if (h < group && r >= cur.lo && r < cur.hi) {
+          v = spart[h * kTile + r];
+#pragma unroll
+          for (int q = 1; q < Geo::kQkParts; ++q) v += spart[(q * kMaxGroup + h) * kTile + r];
+        }
+        s[k] = v;
       }
       if (h < group) {
         const float m_old = sm[h];
@@ -399,7 +539,7 @@ __global__ void __launch_bounds__(kThreads) decode_chunk_kernel(const DecodeAtte
         if (cur.hist)
           pv_unit_quant<Geo, kBits>(sv + r * row_bytes, unit_byte, unit_g, x);
         else
-          pv_unit_fp<Geo>(sv + r * Geo::kFpRowBytes, unit_dim0, run_stride, x);
+          pv_unit_fp<Geo>(fp_row_global<kDim>(p, p.fp_v, b, kvh, cur.base + r), unit_dim0, run_stride, x);
       } else {
         pv_unit_fp<Geo>(sv + r * Geo::kFpRowBytes, unit_dim0, run_stride, x);
       }
@@ -446,6 +586,24 @@ __global__ void __launch_bounds__(kThreads) decode_chunk_kernel(const DecodeAtte
     part_o[((head0 + h) * max_chunks + chunk) * kDim + x] = v;
   }
   if (tid < group) part_ml[(head0 + tid) * max_chunks + chunk] = make_float2(sm[tid], sl[tid]);
+}
+
+// Resident CTAs per SM the register budget of a kernel with a history is sized for: its
+// shared memory is small (< 32 KB), so registers set the occupancy — 5 CTAs (≤ 96
+// registers) up to GQA 2, 4 (≤ 128) at GQA 4, 3 at GQA 8 (64 accumulators).
+constexpr int hist_ctas_per_sm(int max_group) { return max_group <= 2 ? 5 : max_group <= 4 ? 4 : 3; }
+
+// BF16-only cache (≈ 80 KB of shared memory, 2 CTAs per SM): the compiler's register choice.
+template <int kDim, int kMaxGroup>
+__global__ void __launch_bounds__(kThreads) decode_chunk_kernel_fp(const DecodeAttentionParams p, int gb_log2,
+                                                                   int max_chunks) {
+  decode_chunk<0, kDim, kMaxGroup>(p, gb_log2, max_chunks);
+}
+
+template <int kBits, int kDim, int kMaxGroup>
+__global__ void __launch_bounds__(kThreads, hist_ctas_per_sm(kMaxGroup))
+    decode_chunk_kernel_hist(const DecodeAttentionParams p, int gb_log2, int max_chunks) {
+  decode_chunk<kBits, kDim, kMaxGroup>(p, gb_log2, max_chunks);
 }
 
 // grid (n_heads, B), d threads: out = Σ_c 2^(m_c − M)·o_c / Σ_c 2^(m_c − M)·l_c.
@@ -517,14 +675,18 @@ void launch(const DecodeAttentionParams& p, cudaStream_t stream) {
   const int max_chunks = int(max_chunks_of(p));
   if (max_chunks > 0) {
     // Above 48 KB a kernel must opt in to dynamic shared memory (once per process).
-    static const cudaError_t attr = cudaFuncSetAttribute(decode_chunk_kernel<kBits, kDim, kMaxGroup>,
-                                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                         int(Geo::kSmemBytes));
+    auto* const kernel = [] {
+      if constexpr (kBits == 0)
+        return decode_chunk_kernel_fp<kDim, kMaxGroup>;
+      else
+        return decode_chunk_kernel_hist<kBits, kDim, kMaxGroup>;
+    }();
+    static const cudaError_t attr =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Geo::kSmemBytes));
     check_cuda(attr, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
     const int gb = kBits == 0 ? kDim : p.group * kBits / 8;
     const dim3 grid(unsigned(max_chunks), unsigned(p.n_kv_heads), unsigned(p.batch));
-    decode_chunk_kernel<kBits, kDim, kMaxGroup>
-        <<<grid, kThreads, Geo::kSmemBytes, stream>>>(p, log2_exact(gb), max_chunks);
+    kernel<<<grid, kThreads, Geo::kSmemBytes, stream>>>(p, log2_exact(gb), max_chunks);
     check_cuda(cudaGetLastError(), "decode_chunk_kernel launch");
   }
   decode_merge_kernel<kDim><<<dim3(unsigned(p.n_heads), unsigned(p.batch)), kDim, 0, stream>>>(p, max_chunks);
@@ -549,9 +711,10 @@ void dispatch_dim(const DecodeAttentionParams& p, cudaStream_t stream) {
 }  // namespace
 
 int decode_attention_default_chunk(int batch, int n_kv_heads, int64_t max_seq_len, int n_sm) {
-  // About 2 resident CTAs per SM (shared memory bound) and 2 waves; chunks of 128 keys at
-  // least (2 tiles, so the copy of one overlaps the other) and at most 8192.
-  const int64_t target = 4 * int64_t(n_sm > 0 ? n_sm : 132);
+  // About 8 CTAs per SM: 2 waves of the quantized kernels (3-5 resident CTAs per SM), 4 of
+  // the BF16-only one (2 resident); chunks of 128 keys at least (2 tiles, so the copy of one
+  // overlaps the other) and at most 8192.
+  const int64_t target = 8 * int64_t(n_sm > 0 ? n_sm : 132);
   int chunk = 128;
   while (chunk < 8192 && int64_t(batch) * n_kv_heads * ((max_seq_len + chunk - 1) / chunk) > target) chunk *= 2;
   return chunk;
