@@ -16,18 +16,10 @@
 
 #include <cuda_runtime.h>
 
+#include "oscar/cuda/check_cuda.h"
 #include "oscar/cuda/decode_attention.h"
 
 namespace {
-
-#define CHECK_CUDA(call)                                                                                     \
-  do {                                                                                                       \
-    const cudaError_t e_ = (call);                                                                           \
-    if (e_ != cudaSuccess) {                                                                                 \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));    \
-      std::exit(1);                                                                                          \
-    }                                                                                                        \
-  } while (0)
 
 constexpr int kHeads = 32, kKvHeads = 8, kDim = 128, kGroup = 128, kSink = 64, kWindow = 256, kPage = 16;
 
@@ -75,6 +67,29 @@ float median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
+// Median milliseconds of `timed` between two events over `iters` runs after `warmup`
+// untimed ones; `before` runs ahead of each, outside the timed span.
+template <typename Before, typename Timed>
+float median_ms(int warmup, int iters, Before&& before, Timed&& timed) {
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < warmup + iters; ++i) {
+    before();
+    CHECK_CUDA(cudaEventRecord(e0));
+    timed();
+    CHECK_CUDA(cudaEventRecord(e1));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t = 0.f;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= warmup) ms.push_back(t);
+  }
+  CHECK_CUDA(cudaEventDestroy(e0));
+  CHECK_CUDA(cudaEventDestroy(e1));
+  return median(ms);
+}
+
 // Device-to-device copy bandwidth, counted as (bytes read + bytes written) / time.
 double copy_gbps(int iters) {
   size_t bytes = size_t(1) << 30;
@@ -83,22 +98,8 @@ double copy_gbps(int iters) {
   void* dst = a.get(bytes);
   if (!a.ok) return 0.0;
   fill(src, bytes, 1);
-  cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int i = 0; i < iters + 2; ++i) {
-    CHECK_CUDA(cudaEventRecord(e0));
-    CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice));
-    CHECK_CUDA(cudaEventRecord(e1));
-    CHECK_CUDA(cudaEventSynchronize(e1));
-    float t = 0.f;
-    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-    if (i >= 2) ms.push_back(t);
-  }
-  CHECK_CUDA(cudaEventDestroy(e0));
-  CHECK_CUDA(cudaEventDestroy(e1));
-  return 2.0 * double(bytes) / (double(median(ms)) * 1e-3) / 1e9;
+  const float ms = median_ms(2, iters, [] {}, [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice)); });
+  return 2.0 * double(bytes) / (double(ms) * 1e-3) / 1e9;
 }
 
 struct Row {
@@ -207,23 +208,10 @@ Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, void* flush, 
   p.workspace = ws;
   p.out = out;
 
-  cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int i = 0; i < iters + 3; ++i) {
-    // A cold L2 for every launch: small caches would otherwise be served from L2.
-    CHECK_CUDA(cudaMemsetAsync(flush, i & 0xff, flush_bytes));
-    CHECK_CUDA(cudaEventRecord(e0));
-    oscar::cuda::decode_attention(p);
-    CHECK_CUDA(cudaEventRecord(e1));
-    CHECK_CUDA(cudaEventSynchronize(e1));
-    float t = 0.f;
-    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-    if (i >= 3) ms.push_back(t);
-  }
-  CHECK_CUDA(cudaEventDestroy(e0));
-  CHECK_CUDA(cudaEventDestroy(e1));
+  // A cold L2 for every launch: small caches would otherwise be served from L2.
+  int flushes = 0;
+  row.ms = median_ms(3, iters, [&] { CHECK_CUDA(cudaMemsetAsync(flush, flushes++ & 0xff, flush_bytes)); },
+                     [&] { oscar::cuda::decode_attention(p); });
   std::vector<float> hout(hq.size());
   CHECK_CUDA(cudaMemcpy(hout.data(), out, hout.size() * 4, cudaMemcpyDeviceToHost));
   for (float x : hout)
@@ -235,7 +223,6 @@ Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, void* flush, 
   // Bytes that must move: every K and V byte of the cache read once, q read, out written
   // (the split-KV partials are overhead and not counted).
   const double kv_bytes = 2.0 * kKvHeads * (double(n_fp) * kDim * 2 + double(n_hist) * double(row_bytes));
-  row.ms = median(ms);
   row.bytes = batch * (kv_bytes + 2.0 * kHeads * kDim * 4);
   row.gbps = row.bytes / (row.ms * 1e-3) / 1e9;
   row.frac = copy > 0 ? row.gbps / copy : 0.0;

@@ -16,20 +16,12 @@
 
 #include <cuda_runtime.h>
 
+#include "oscar/cuda/check_cuda.h"
 #include "oscar/cuda/decode_attention.h"
 
 namespace {
 
 using oscar::cuda::DecodeAttentionParams;
-
-#define CHECK_CUDA(call)                                                                                     \
-  do {                                                                                                       \
-    const cudaError_t e_ = (call);                                                                           \
-    if (e_ != cudaSuccess) {                                                                                 \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));    \
-      std::exit(1);                                                                                          \
-    }                                                                                                        \
-  } while (0)
 
 int g_failed = 0;
 int g_passed = 0;
