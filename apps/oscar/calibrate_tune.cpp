@@ -37,9 +37,11 @@ void add_tune_options(CLI::App& cmd, TuneOptions& o, bool clip_default) {
   cmd.add_option("--probe-queries", o.probe_queries, "last positions whose attention output is scored (default 256)");
 }
 
+std::string tune_base_kv(const ModelOptions& o) { return o.kv == "bf16" ? "int2-oscar" : o.kv; }
+
 KvSpec tune_base_spec(const ModelOptions& o, int group, int sink, int recent, int head_dim) {
   ModelOptions b = o;
-  if (b.kv == "bf16") b.kv = "int2-oscar";
+  b.kv = tune_base_kv(o);
   b.kv_layers.reset();
   KvSpec s = kv_spec_from(b);
   if (s.rotation != KvRotation::calibrated)

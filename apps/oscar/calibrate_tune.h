@@ -32,6 +32,8 @@ struct TuneOptions {
 // --clip-search (with clip_default also --no-clip-search), --kv-budget, --kv-budget-types,
 // --probe-tokens, --probe-queries.
 void add_tune_options(CLI::App& cmd, TuneOptions& o, bool clip_default);
+// The KV type name the searches measure: --kv, or int2-oscar for the default (bf16).
+std::string tune_base_kv(const ModelOptions& o);
 // The calibrated KV type the searches measure: --kv when it names one, else int2-oscar,
 // with the rotations' group and windows. Throws when --kv names another kind of type.
 KvSpec tune_base_spec(const ModelOptions& o, int group, int sink, int recent, int head_dim);

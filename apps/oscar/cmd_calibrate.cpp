@@ -78,7 +78,7 @@ int calibrate(const CalibrateOptions& o) {
   // Flags first: fail before the slow part. The default-on clip search only tunes OSCAR types.
   TuneOptions tune = o.tune;
   if (tune.requested()) tune_base_spec(o.model, o.group, o.sink, o.recent, o.group);
-  else if (tune.any() && o.model.kv != "bf16" && KvSpec::parse(o.model.kv).rotation != KvRotation::calibrated)
+  else if (tune.any() && KvSpec::parse(tune_base_kv(o.model)).rotation != KvRotation::calibrated)
     tune.clip_search_default = false;
   ModelOptions mo = o.model;
   mo.kv = "bf16";  // calibration sees the model's own (unquantized) attention inputs

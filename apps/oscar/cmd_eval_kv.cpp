@@ -44,11 +44,7 @@ std::optional<RotationSet> find_rotations(const ModelOptions& o) {
   std::optional<RotationSet> rs;
   if (!o.rotations.empty()) rs = load_rotations(o.rotations);
   else if (o.model.ends_with(".gguf")) rs = read_embedded_rotations(gguf::GgufFile::open(o.model));
-  if (rs)
-    for (LayerRotation& l : rs->layers) {
-      if (o.k_clip) l.k_clip = *o.k_clip;
-      if (o.v_clip) l.v_clip = *o.v_clip;
-    }
+  if (rs) apply_clip_flags(o, *rs);
   return rs;
 }
 

@@ -54,6 +54,20 @@ void add_sampler_options(CLI::App& cmd, SamplerParams& p) {
   cmd.add_option("-s,--seed", p.seed, "random seed");
 }
 
+void apply_clip_flags(const ModelOptions& o, std::vector<KvLayerType>& types) {
+  for (KvLayerType& t : types) {
+    if (o.k_clip) t.k_clip = *o.k_clip;
+    if (o.v_clip) t.v_clip = *o.v_clip;
+  }
+}
+
+void apply_clip_flags(const ModelOptions& o, RotationSet& rs) {
+  for (LayerRotation& l : rs.layers) {
+    if (o.k_clip) l.k_clip = *o.k_clip;
+    if (o.v_clip) l.v_clip = *o.v_clip;
+  }
+}
+
 KvSpec kv_spec_from(const ModelOptions& o, int n_layers) {
   KvSpec s = KvSpec::parse(o.kv);
   if (o.kv_layers && *o.kv_layers != "none") s.layer_types = parse_kv_layers(*o.kv_layers, n_layers);
@@ -65,10 +79,7 @@ KvSpec kv_spec_from(const ModelOptions& o, int n_layers) {
   if (o.v_clip) s.v_clip = *o.v_clip;
   if (o.k_bias_split) s.k_bias_split = true;
   if (o.no_k_bias_split) s.k_bias_split = false;
-  for (KvLayerType& t : s.layer_types) {
-    if (o.k_clip) t.k_clip = *o.k_clip;
-    if (o.v_clip) t.v_clip = *o.v_clip;
-  }
+  apply_clip_flags(o, s.layer_types);
   s.validate();
   return s;
 }
@@ -76,10 +87,7 @@ KvSpec kv_spec_from(const ModelOptions& o, int n_layers) {
 bool apply_calibrated_layer_types(KvSpec& kv, const ModelOptions& o, const RotationSet* rs, int n_layers) {
   if (o.kv_layers || !rs || rs->kv_layers.empty() || kv.rotation != KvRotation::calibrated) return false;
   kv.layer_types = parse_kv_layers(rs->kv_layers, n_layers);
-  for (KvLayerType& t : kv.layer_types) {
-    if (o.k_clip) t.k_clip = *o.k_clip;
-    if (o.v_clip) t.v_clip = *o.v_clip;
-  }
+  apply_clip_flags(o, kv.layer_types);
   kv.validate();
   return true;
 }
@@ -114,11 +122,7 @@ LoadedModel load_model(const ModelOptions& o) {
     fmt::print(stderr, "KV per-layer types from the rotations (calibrated for {:.2f} bits): {} (--kv-layers none: uniform)\n",
                rotations->kv_budget_bits, rotations->kv_layers);
   m.transformer = std::make_unique<Transformer>(load_model_weights(*src));
-  if (rotations && (o.k_clip || o.v_clip))
-    for (LayerRotation& l : rotations->layers) {
-      if (o.k_clip) l.k_clip = *o.k_clip;
-      if (o.v_clip) l.v_clip = *o.v_clip;
-    }
+  if (rotations) apply_clip_flags(o, *rotations);
   m.transformer->configure_kv(kv, rotations ? &*rotations : nullptr);
   if (m.tokenizer->n_vocab() != m.transformer->config().n_vocab)
     fail("'{}': tokenizer has {} tokens but the embedding has {} rows", o.model, m.tokenizer->n_vocab(),

@@ -52,6 +52,9 @@ LoadedModel load_model(const ModelOptions& o);
 // --kv and its flags as a spec; with --kv-layers, n_layers > 0 also range-checks the items.
 // --kv-layers none: uniform, even where the rotations carry per-layer types.
 KvSpec kv_spec_from(const ModelOptions& o, int n_layers = 0);
+// --k-clip / --v-clip over every layer: of per-layer KV types, or of a rotation set.
+void apply_clip_flags(const ModelOptions& o, std::vector<KvLayerType>& types);
+void apply_clip_flags(const ModelOptions& o, RotationSet& rs);
 // Without --kv-layers, an int2-oscar* spec takes the per-layer types the rotations were
 // calibrated with (`oscar calibrate --kv-budget`). Returns whether it did.
 bool apply_calibrated_layer_types(KvSpec& kv, const ModelOptions& o, const RotationSet* rs, int n_layers);
