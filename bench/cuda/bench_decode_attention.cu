@@ -112,7 +112,8 @@ struct Row {
 
 struct Kv {
   const char* name;
-  int bits;  // 0: BF16 only
+  int bits;                   // 0: BF16 only
+  bool tensor_cores = true;   // false: INT2/INT4 on the CUDA-core kernel, for comparison
 };
 
 // One (B, T, kv) measurement. Every sequence has length T; pages are shuffled in the pools.
@@ -128,7 +129,7 @@ Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, void* flush, 
   const size_t row_bytes = kv.bits == 0 ? 0 : oscar::cuda::decode_quant_row_bytes(kDim, kv.bits, kGroup);
 
   // Page tables: fp pages only where a token is sink or recent.
-  std::mt19937 rng(uint32_t(batch * 131 + seq + kv.bits));
+  std::mt19937 rng(uint32_t(batch * 131 + seq + kv.bits + (kv.tensor_cores ? 0 : 1000)));
   std::vector<int32_t> fp_blocks(size_t(batch) * pages_per_seq, -1), hist_blocks;
   int n_fp_blocks = 0;
   for (int b = 0; b < batch; ++b)
@@ -158,6 +159,8 @@ Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, void* flush, 
   p.group = kGroup;
   p.sink = kSink;
   p.max_seq_len = seq;
+  p.max_window_keys = n_fp;
+  p.tensor_cores = kv.tensor_cores;
   p.chunk_keys = oscar::cuda::decode_attention_default_chunk(batch, kKvHeads, seq, n_sm);
   row.chunk = p.chunk_keys;
 
@@ -244,14 +247,21 @@ std::string json_escape(const std::string& s) {
 int main(int argc, char** argv) {
   std::string json_path, commit, command;
   int iters = 25;
+  int only_batch = 0, only_seq = 0;
+  std::string only_kv;
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--commit" && i + 1 < argc) commit = argv[++i];
     else if (a == "--iters" && i + 1 < argc) iters = std::max(20, std::atoi(argv[++i]));
+    else if (a == "--only" && i + 3 < argc) {  // one row: B T kv (for profilers)
+      only_batch = std::atoi(argv[++i]);
+      only_seq = std::atoi(argv[++i]);
+      only_kv = argv[++i];
+    }
     else {
-      std::fprintf(stderr, "usage: %s [--json PATH] [--commit SHA] [--iters N>=20]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json PATH] [--commit SHA] [--iters N>=20] [--only B T KV]\n", argv[0]);
       return 2;
     }
   }
@@ -277,15 +287,18 @@ int main(int argc, char** argv) {
   std::printf("copy bandwidth (D2D 1 GiB, read+write bytes / time): %.1f GB/s\n", copy);
   std::printf("Qwen3-8B layer: %d q heads, %d kv heads, d %d, G %d; sink %d, recent %d; median of %d, cold L2\n",
               kHeads, kKvHeads, kDim, kGroup, kSink, kWindow, iters);
-  std::printf("%4s %7s %5s %6s %10s %10s %9s %6s  %s\n", "B", "T", "kv", "chunk", "ms", "MB", "GB/s", "frac", "note");
+  std::printf("kv: int4/int2 on tensor cores; -cc: the same caches on the CUDA-core kernel\n");
+  std::printf("%4s %7s %7s %6s %10s %10s %9s %6s  %s\n", "B", "T", "kv", "chunk", "ms", "MB", "GB/s", "frac", "note");
 
   const std::vector<std::pair<int, int>> shapes = {{1, 8192}, {1, 32768}, {1, 131072}, {8, 32768}, {32, 32768}, {64, 8192}};
-  const std::vector<Kv> kvs = {{"bf16", 0}, {"int8", 8}, {"int4", 4}, {"int2", 2}};
+  const std::vector<Kv> kvs = {{"bf16", 0},  {"int8", 8},          {"int4", 4},
+                               {"int2", 2},  {"int4-cc", 4, false}, {"int2-cc", 2, false}};
   std::vector<Row> rows;
   for (const auto& [batch, seq] : shapes)
     for (const Kv& kv : kvs) {
+      if (!only_kv.empty() && (batch != only_batch || seq != only_seq || only_kv != kv.name)) continue;
       const Row r = measure(batch, seq, kv, iters, prop.multiProcessorCount, flush, flush_bytes, copy);
-      std::printf("%4d %7d %5s %6d %10.4f %10.1f %9.1f %6.3f  %s\n", r.batch, r.seq, r.kv.c_str(), r.chunk, r.ms,
+      std::printf("%4d %7d %7s %6d %10.4f %10.1f %9.1f %6.3f  %s\n", r.batch, r.seq, r.kv.c_str(), r.chunk, r.ms,
                   r.bytes / 1e6, r.gbps, r.frac, r.note.c_str());
       std::fflush(stdout);
       rows.push_back(r);

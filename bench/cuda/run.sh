@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine, from the repo root: build the CUDA backend standalone (Release, into
 # build-cuda/), run its tests (a GPU is required), compute-sanitizer memcheck on them, then
-# the decode-attention benchmark, writing ${OUT:-.}/decode_attention_<date>.json.
+# the decode-attention benchmark, writing ${OUT:-.}/decode_attention_<date>.json, and the
+# PyTorch SDPA baseline on the same shapes (${OUT:-.}/sdpa_baseline_<date>.json).
 # A failed build or test stops the script (set -e); the sanitizer's verdict is recorded
 # and printed but does not stop the benchmark.
 set -euo pipefail
@@ -46,9 +47,17 @@ json="$out_dir/decode_attention_$(date +%F).json"
 bench_rc=0
 "$build_dir/bench_decode_attention" --json "$json" --commit "$commit" || bench_rc=$?
 
+echo "== PyTorch SDPA baseline (BF16 KV)"
+sdpa_json="$out_dir/sdpa_baseline_$(date +%F).json"
+sdpa="not run (python3 has no torch)"
+if python3 -c 'import torch' >/dev/null 2>&1; then
+  if python3 bench/cuda/sdpa_baseline.py --json "$sdpa_json" --commit "$commit"; then sdpa="OK ($sdpa_json)"; else sdpa="FAIL (exit $?)"; fi
+fi
+
 echo "== summary"
 echo "commit:   $commit"
 echo "tests:    PASS"
 echo "memcheck: $sanitizer"
 echo "bench:    $([ "$bench_rc" -eq 0 ] && echo "OK ($json)" || echo "FAIL (exit $bench_rc)")"
+echo "sdpa:     $sdpa"
 [ "$bench_rc" -eq 0 ]

@@ -133,6 +133,10 @@ struct Case {
   int bits;  // 0: BF16 only
   int d, group_size, n_kv, gqa, sink, window, chunk;  // chunk 0: decode_attention_default_chunk
   std::vector<int> lens;
+  bool tensor_cores = true;   // DecodeAttentionParams::tensor_cores
+  bool window_bound = false;  // pass the exact max_window_keys (else 0: max_seq_len)
+  // INT2/INT4 with G = d take the tensor-core path (decode_attention.h).
+  bool split() const { return tensor_cores && (bits == 2 || bits == 4) && group_size == d; }
 };
 
 constexpr int kPage = 16;
@@ -259,11 +263,35 @@ void read_row(const HostCache& h, bool key, int b, int kvh, int t, float* x) {
   }
 }
 
-// out [B, n_heads, d]; lens overrides the sequence lengths (the drop-a-key self-check).
-std::vector<double> reference(const HostCache& h, const std::vector<int>& lens) {
+// The q the tensor-core path multiplies history keys by, in the reference's units: q·c with
+// c = log2(e)/√d in f32, times the power of two 2^-e that puts max|q·c·2^-e| in [2^14, 2^15),
+// rounded to f16, and the scaling undone (docs/cuda.md). Its scores are then exact up to
+// f32 summation.
+std::vector<double> history_q(const float* q, int d) {
+  const float c = 1.4426950408889634f / std::sqrt(float(d));
+  float mx = 0.0f;
+  for (int i = 0; i < d; ++i) mx = std::max(mx, std::fabs(q[i] * c));
+  int ex = 0;
+  std::frexp(mx, &ex);
+  const int e = mx > 0.0f ? ex - 15 : 0;
+  std::vector<double> r(static_cast<size_t>(d));
+  for (int i = 0; i < d; ++i)
+    r[size_t(i)] = std::ldexp(double(fp16_to_f32(f32_to_fp16(std::ldexp(q[i] * c, -e)))), e) / double(c);
+  return r;
+}
+
+struct Reference {
+  std::vector<double> out;       // [B, n_heads, d]
+  std::vector<double> hist_abs;  // Σ over history keys of weight·|v̂| per output element
+};
+
+// lens overrides the sequence lengths (the drop-a-key self-check).
+Reference reference(const HostCache& h, const std::vector<int>& lens) {
   const Case& c = h.c;
-  std::vector<double> out(h.q.size(), 0.0);
+  std::vector<double> out(h.q.size(), 0.0), hist_abs(h.q.size(), 0.0);
   std::vector<float> row(size_t(c.d));
+  std::vector<std::vector<double>> q_hist(size_t(h.batch()) * h.n_heads);
+  for (size_t i = 0; i < q_hist.size(); ++i) q_hist[i] = history_q(h.q.data() + i * c.d, c.d);
   for (int b = 0; b < h.batch(); ++b) {
     const int t_len = lens[size_t(b)];
     for (int kvh = 0; kvh < c.n_kv; ++kvh) {
@@ -271,9 +299,11 @@ std::vector<double> reference(const HostCache& h, const std::vector<int>& lens) 
       for (int t = 0; t < t_len; ++t) {
         read_row(h, true, b, kvh, t, row.data());
         for (int g = 0; g < c.gqa; ++g) {
-          const float* q = h.q.data() + (size_t(b) * h.n_heads + size_t(kvh) * c.gqa + g) * c.d;
+          const size_t head = size_t(b) * h.n_heads + size_t(kvh) * c.gqa + g;
+          const float* q = h.q.data() + head * c.d;
+          const bool rounded = c.split() && h.in_history(b, t);
           double dot = 0.0;
-          for (int i = 0; i < c.d; ++i) dot += double(q[i]) * double(row[size_t(i)]);
+          for (int i = 0; i < c.d; ++i) dot += (rounded ? q_hist[head][size_t(i)] : double(q[i])) * double(row[size_t(i)]);
           s[size_t(g) * t_len + t] = dot / std::sqrt(double(c.d));
         }
       }
@@ -284,15 +314,20 @@ std::vector<double> reference(const HostCache& h, const std::vector<int>& lens) 
         for (int t = 0; t < t_len; ++t) l += (sg[t] = std::exp(sg[t] - m));
         for (int t = 0; t < t_len; ++t) sg[t] /= l;
       }
-      double* o = out.data() + (size_t(b) * h.n_heads + size_t(kvh) * c.gqa) * c.d;
+      const size_t o0 = (size_t(b) * h.n_heads + size_t(kvh) * c.gqa) * c.d;
       for (int t = 0; t < t_len; ++t) {
         read_row(h, false, b, kvh, t, row.data());
+        const bool hist = h.in_history(b, t);
         for (int g = 0; g < c.gqa; ++g)
-          for (int i = 0; i < c.d; ++i) o[size_t(g) * c.d + i] += s[size_t(g) * t_len + t] * double(row[size_t(i)]);
+          for (int i = 0; i < c.d; ++i) {
+            const double w = s[size_t(g) * t_len + t], v = double(row[size_t(i)]);
+            out[o0 + size_t(g) * c.d + i] += w * v;
+            if (hist) hist_abs[o0 + size_t(g) * c.d + i] += w * std::fabs(v);
+          }
       }
     }
   }
-  return out;
+  return {out, hist_abs};
 }
 
 // ---- the GPU side ---------------------------------------------------------------------------
@@ -337,6 +372,10 @@ std::vector<float> run_gpu(const HostCache& h, const std::vector<int>& lens) {
   p.group = c.group_size;
   p.sink = c.sink;
   p.max_seq_len = *std::max_element(lens.begin(), lens.end());
+  p.tensor_cores = c.tensor_cores;
+  if (c.window_bound)
+    for (int b = 0; b < h.batch(); ++b)
+      p.max_window_keys = std::max<int64_t>(p.max_window_keys, h.hist_begin(b) + lens[size_t(b)] - h.hist_stop(b));
   p.chunk_keys = c.chunk > 0 ? c.chunk
                              : oscar::cuda::decode_attention_default_chunk(p.batch, p.n_kv_heads, p.max_seq_len, g_n_sm);
   p.q = q.as<float>();
@@ -366,11 +405,20 @@ std::vector<float> run_gpu(const HostCache& h, const std::vector<int>& lens) {
   return result;
 }
 
-// Tolerances for an f32 kernel against f64 over the same dequantized rows. Outputs are
-// O(0.01–1); f32 accumulation over ≤ 4097 keys is off by a few 1e-6 at worst (mostly
-// 1e-7), so these leave ≥ 10× margin, while a wrong code, scale, zero or a missed key
-// moves outputs by ≥ 1e-3 (the self-checks below show it).
-constexpr double kAtol = 5e-5, kRtol = 5e-4, kRelL2 = 5e-5;
+// Tolerances against f64 over the same dequantized rows: |gpu − ref| ≤ atol + rtol·|ref| +
+// hist·(Σ_history weight·|v̂|) per element, relative L2 ≤ rel_l2.
+struct Tolerance {
+  double atol, rtol, rel_l2, hist = 0.0;
+};
+// The CUDA-core path is f32 throughout. Outputs are O(0.01–1); f32 accumulation over ≤ 4097
+// keys is off by a few 1e-6 at worst (mostly 1e-7), so this leaves ≥ 10× margin, while a
+// wrong code, scale, zero or a missed key moves outputs by ≥ 1e-3 (the self-checks show it).
+constexpr Tolerance kF32Tol{5e-5, 5e-4, 5e-5};
+// The tensor-core path (the reference already rounds q as it does) also rounds each history
+// weight p·s_V to f16, a relative error ≤ 2^-11, so an output moves by at most 2^-11 times
+// its Σ_history weight·|v̂| (plus the f32 margin).
+constexpr Tolerance kTensorTol{5e-5, 5e-4, 3e-4, 0x1p-11};
+Tolerance tolerance(const HostCache& h) { return h.c.split() ? kTensorTol : kF32Tol; }
 
 struct Compare {
   bool ok;
@@ -378,7 +426,8 @@ struct Compare {
   long nan_count;
 };
 
-Compare compare(const std::vector<float>& got, const std::vector<double>& want) {
+Compare compare(const std::vector<float>& got, const Reference& ref, const Tolerance& tol) {
+  const std::vector<double>& want = ref.out;
   Compare r{true, 0.0, 0.0, 0};
   double num = 0.0, den = 0.0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -389,12 +438,12 @@ Compare compare(const std::vector<float>& got, const std::vector<double>& want) 
     }
     const double e = std::fabs(double(got[i]) - want[i]);
     r.max_abs = std::max(r.max_abs, e);
-    if (e > kAtol + kRtol * std::fabs(want[i])) r.ok = false;
+    if (e > tol.atol + tol.rtol * std::fabs(want[i]) + tol.hist * ref.hist_abs[i]) r.ok = false;
     num += e * e;
     den += want[i] * want[i];
   }
   r.rel_l2 = den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
-  if (r.rel_l2 > kRelL2) r.ok = false;
+  if (r.rel_l2 > tol.rel_l2) r.ok = false;
   return r;
 }
 
@@ -412,15 +461,19 @@ std::string lens_str(const std::vector<int>& lens) {
 
 void run_case(const Case& c, uint32_t seed) {
   const HostCache h = build_cache(c, seed);
-  const Compare r = compare(run_gpu(h, c.lens), reference(h, c.lens));
-  report(r.ok, c.name + " lens=" + lens_str(c.lens) + " chunk=" + std::to_string(c.chunk) + ": " + describe(r));
+  const Tolerance tol = tolerance(h);
+  const Compare r = compare(run_gpu(h, c.lens), reference(h, c.lens), tol);
+  char tol_text[64];
+  std::snprintf(tol_text, sizeof tol_text, " (rel L2 <= %.0e)", tol.rel_l2);
+  report(r.ok, c.name + (c.split() ? " [tensor cores]" : "") + " lens=" + lens_str(c.lens) +
+                   " chunk=" + std::to_string(c.chunk) + ": " + describe(r) + tol_text);
 }
 
 // The comparison must be able to fail: a flipped history code byte and a dropped key.
-void run_self_checks(uint32_t seed) {
-  const Case c{"self-check int2 d128 G128 gqa4", 2, 128, 128, 2, 4, 64, 256, 128, {37, 420}};
+void run_self_checks(const Case& c, uint32_t seed) {
   HostCache h = build_cache(c, seed);
-  const std::vector<double> ref = reference(h, c.lens);
+  const Tolerance tol = tolerance(h);
+  const Reference ref = reference(h, c.lens);
 
   // (a) Flip every bit of the first code byte of the V row with the largest weight for head
   // 0 of sequence 1 (history rows [64, 164)): INT2 codes c → 3 − c, so each of the byte's
@@ -441,22 +494,23 @@ void run_self_checks(uint32_t seed) {
   HostCache bad = h;
   const int page = h.hist_blocks[size_t(b) * h.hist_stride + size_t((best - c.sink) / kPage)];
   bad.hist_v[(size_t(page) * c.n_kv + kvh) * h.page_bytes() + size_t((best - c.sink) % kPage) * h.fmt.row_bytes()] ^= 0xff;
-  const std::vector<double> ref_bad = reference(bad, c.lens);
+  const Reference ref_bad = reference(bad, c.lens);
   const std::vector<float> gpu_bad = run_gpu(bad, c.lens);
   double predicted = 0.0;
-  for (size_t i = 0; i < ref.size(); ++i) predicted = std::max(predicted, std::fabs(ref[i] - ref_bad[i]));
-  const Compare vs_orig = compare(gpu_bad, ref), vs_bad = compare(gpu_bad, ref_bad);
-  report(predicted > 20 * kAtol && !vs_orig.ok && vs_bad.ok,
-         "self-check corrupted code byte (token " + std::to_string(best) + "): reference moves by " +
+  for (size_t i = 0; i < ref.out.size(); ++i) predicted = std::max(predicted, std::fabs(ref.out[i] - ref_bad.out[i]));
+  const Compare vs_orig = compare(gpu_bad, ref, tol), vs_bad = compare(gpu_bad, ref_bad, tol);
+  report(predicted > 20 * tol.atol && !vs_orig.ok && vs_bad.ok,
+         c.name + ": corrupted code byte (token " + std::to_string(best) + "): reference moves by " +
              std::to_string(predicted) + "; vs original " + (vs_orig.ok ? "passed (BAD)" : "fails (good)") +
              ", vs corrupted reference " + describe(vs_bad));
 
-  // (b) The GPU sees one key less than the reference (sequence 0: sink only, 37 keys).
+  // (b) The GPU sees one key less than the reference (the last sequence's last key: BF16
+  // with a recent window, a history key without one).
   std::vector<int> short_lens = c.lens;
-  short_lens[0] -= 1;
+  short_lens.back() -= 1;
   const std::vector<float> gpu_short = run_gpu(h, short_lens);
-  const Compare miss = compare(gpu_short, ref), same = compare(gpu_short, reference(h, short_lens));
-  report(!miss.ok && same.ok, std::string("self-check dropped last key: vs full reference ") +
+  const Compare miss = compare(gpu_short, ref, tol), same = compare(gpu_short, reference(h, short_lens), tol);
+  report(!miss.ok && same.ok, c.name + ": dropped last key: vs full reference " +
                                   (miss.ok ? "passed (BAD)" : "fails (good, " + describe(miss) + ")") +
                                   ", vs shortened reference " + describe(same));
 }
@@ -498,8 +552,9 @@ int main() {
   const char* seed_env = std::getenv("OSCAR_TEST_SEED");
   const uint32_t seed = seed_env ? uint32_t(std::strtoul(seed_env, nullptr, 10)) : 20250101u;
   std::printf("device: %s (%d SMs), seed %u (OSCAR_TEST_SEED)\n", prop.name, g_n_sm, seed);
-  std::printf("tolerance: |gpu - ref| <= %.0e + %.0e*|ref| per element, rel L2 <= %.0e, no NaN\n", kAtol, kRtol,
-              kRelL2);
+  std::printf("tolerance: |gpu - ref| <= %.0e + %.0e*|ref| per element, no NaN, rel L2 <= %.0e; tensor cores: "
+              "+ 2^-11 * sum over history keys of weight*|v| per element, rel L2 <= %.0e\n",
+              kF32Tol.atol, kF32Tol.rtol, kF32Tol.rel_l2, kTensorTol.rel_l2);
 
   // bits, d, G, n_kv, gqa, sink, window, chunk, lens. Lengths cover: empty, sink only
   // (t < S), no history yet (t <= S + W), one past the window, page and chunk edges, long
@@ -509,6 +564,12 @@ int main() {
       {"int2 d128 G32 gqa6", 2, 128, 32, 1, 6, 64, 256, 512, {3001, 320, 0}},
       {"int2 d128 G64 gqa2 S7 W100", 2, 128, 64, 2, 2, 7, 100, 320, {1234, 108, 3000}},
       {"int2 d64 G64 gqa4 S0 W128", 2, 64, 64, 2, 4, 0, 128, 64, {1000, 129, 128, 97}},
+      {"int2 d64 G64 gqa4 S0 W128", 2, 64, 64, 2, 4, 0, 128, 64, {1000, 129, 128, 97}, false},
+      {"int2 d128 G128 gqa8 S7 W100 bound", 2, 128, 128, 2, 8, 7, 100, 320, {1234, 108, 3000, 5}, true, true},
+      {"int2 d128 G128 gqa1 S20 W0", 2, 128, 128, 3, 1, 20, 0, 192, {900, 21, 64, 1100}},
+      {"int2 d128 G128 gqa4 default-chunk bound", 2, 128, 128, 2, 4, 64, 256, 0, {6000, 4200, 333}, true, true},
+      {"int2 d128 G128 gqa4", 2, 128, 128, 2, 4, 64, 256, 256, {4097, 50, 321, 3000, 1}, false},
+      {"int4 d64 G64 gqa2 S3 W50", 4, 64, 64, 2, 2, 3, 50, 128, {777, 60, 2222}},
       {"int2 d64 G32 gqa8 default-chunk", 2, 64, 32, 2, 8, 64, 256, 0, {2500, 333}},
       {"int2 no history yet", 2, 128, 128, 2, 4, 64, 256, 128, {320, 100, 64, 17}},
       {"int4 d128 G64 gqa8", 4, 128, 64, 2, 8, 64, 256, 128, {2049, 65, 700}},
@@ -521,7 +582,13 @@ int main() {
       {"bf16 d64 gqa8", 0, 64, 64, 1, 8, 64, 256, 512, {4097, 33}},
   };
   for (size_t i = 0; i < cases.size(); ++i) run_case(cases[i], seed + uint32_t(i));
-  run_self_checks(seed + 1000u);
+  const std::vector<Case> self_checks = {
+      {"self-check int2 d128 G128 gqa4", 2, 128, 128, 2, 4, 64, 256, 128, {37, 420}},
+      {"self-check int2 d128 G128 gqa4", 2, 128, 128, 2, 4, 64, 256, 128, {37, 420}, false},
+      {"self-check int2 d128 G128 gqa4 W0", 2, 128, 128, 2, 4, 64, 0, 128, {37, 420}},
+      {"self-check int4 d64 G64 gqa8 W0", 4, 64, 64, 1, 8, 16, 0, 64, {500, 37, 259}, true, true},
+  };
+  for (size_t i = 0; i < self_checks.size(); ++i) run_self_checks(self_checks[i], seed + 1000u + uint32_t(i));
   run_param_checks();
 
   std::printf("%d passed, %d failed\n", g_passed, g_failed);

@@ -6,13 +6,19 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
+#include "oscar/cuda/decode_history_mma.cuh"
+#include "oscar/cuda/device_primitives.cuh"
+
 namespace oscar::cuda {
 namespace {
+
+using namespace detail;
 
 constexpr int kThreads = 128;  // 4 warps; QK maps 64 keys × 2 halves onto them
 constexpr int kWarps = kThreads / 32;
@@ -106,16 +112,6 @@ struct TileCursor {
   }
 };
 
-// 16-byte global → shared copy that bypasses registers (and L1); valid = false writes
-// zeros without reading (a released page, which a correct caller never asks for).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
 // Stands in for a row of a released fp page (which a correct caller never asks for): zeros,
 // as the staged path's zero-filling copy gives.
 __device__ __align__(16) uint8_t g_zero_fp_row[2 * 128];
@@ -145,15 +141,6 @@ __device__ __forceinline__ float2 load_scale_zero(const uint8_t* p) {
   const float s = __half2float(__ushort_as_half(uint16_t(w & 0xffffu)));
   const float z = __half2float(__ushort_as_half(uint16_t(w >> 16)));
   return make_float2(s, -z * s);
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
 }
 
 // Issues the cp.async copies of one tile's K and V rows into shared memory.
@@ -361,10 +348,14 @@ __device__ __forceinline__ void pv_unit_fp(const uint8_t* row, int unit_dim0, in
   }
 }
 
-// Body of the chunk kernels: grid (max_chunks, n_kv_heads, B), kThreads threads. gb_log2 = log2(G·bits/8), the bytes
-// (= the run stride P in dims) of one group's codes; for bits = 0 it is log2(d).
+// Body of the chunk kernels (grid y = KV head, z = sequence; kThreads threads): keys
+// [chunk·chunk_keys, …) of the sequence, or with windows_only of its BF16 keys alone (sink,
+// then recent window, counted without the history), with the partial written to `slot` of
+// n_slots. gb_log2 = log2(G·bits/8), the bytes (= the run stride P in dims) of one group's
+// codes; for bits = 0 it is log2(d).
 template <int kBits, int kDim, int kMaxGroup>
-__device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int gb_log2, int max_chunks) {
+__device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int gb_log2, int chunk, int chunk_keys,
+                                             int slot, int n_slots, bool windows_only) {
   using Geo = Geometry<kBits, kDim, kMaxGroup>;
   extern __shared__ __align__(16) uint8_t smem[];
   float* sq = reinterpret_cast<float*>(smem + Geo::kQOff);       // [kMaxGroup][d], pre-scaled
@@ -375,18 +366,24 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
   float* sl = sm + kMaxGroup;                                    // running sum
   float* salpha = sl + kMaxGroup;                                // rescale of this tile
 
-  const int chunk = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int kvh = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int t_len = p.seq_len[b];
-  const int cs = chunk * p.chunk_keys;
-  if (cs >= t_len) return;  // this sequence has fewer chunks than the longest
-  const int ce = min(t_len, cs + p.chunk_keys);
   const int group = p.n_heads / p.n_kv_heads;
+  const int64_t head0 = int64_t(b) * p.n_heads + int64_t(kvh) * group;
   const int group_size = kBits == 0 ? kDim : p.group;
   const int row_bytes = kBits == 0 ? 0 : kDim * kBits / 8 + 4 * (kDim / group_size);  // §1 row
   const int hs = min(p.sink, t_len);
   int he = hs;
   if constexpr (Geo::kHist) he = min(max(p.hist_end[b], hs), t_len);
+  // The chunk's keys as the three segments sink [a0, e0), history [a1, e1), recent [a2, e2).
+  const int i0 = chunk * chunk_keys;
+  const int n_keys = windows_only ? hs + (t_len - he) : t_len;
+  if (i0 >= n_keys) return write_empty_partial(p, head0, group, slot, n_slots);
+  const int i1 = min(n_keys, i0 + chunk_keys);
+  TileCursor cursor = windows_only
+                          ? TileCursor{i0, min(i1, hs), 0, 0, he + max(i0 - hs, 0), he + max(i1 - hs, 0), p.sink}
+                          : TileCursor{i0, min(i1, hs), max(i0, hs), min(i1, he), max(i0, he), i1, p.sink};
 
   // q of the group's heads, times log2(e)/sqrt(d) so that scores are exp2 exponents.
   const float qscale = 1.4426950408889634f / sqrtf(float(kDim));
@@ -422,7 +419,6 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[h][i] = 0.0f;
 
-  TileCursor cursor{cs, min(ce, hs), max(cs, hs), min(ce, he), max(cs, he), ce, p.sink};
   Tile cur;
   bool have = cursor.next(cur);  // the chunk holds at least one key
   tile_load<Geo>(p, cur, b, kvh, row_bytes, smem, smem + Geo::kStageBytes);
@@ -431,7 +427,7 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
   while (have) {
     Tile nxt{};
     const bool have_next = cursor.next(nxt);
-    cp_async_wait_all();
+    cp_async_wait<0>();
     // The current tile is visible to all, and every thread is done with the other stage.
     __syncthreads();
     if (have_next) {
@@ -575,52 +571,70 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
           red[(warp * kMaxGroup + h) * kDim + unit_dim0 + s * run_stride + e] = acc[h][s * Geo::kRunLen + e];
   }
   __syncthreads();
-  const int64_t head0 = int64_t(b) * p.n_heads + int64_t(kvh) * group;
   float2* part_ml = reinterpret_cast<float2*>(p.workspace);
-  float* part_o = p.workspace + 2 * int64_t(p.batch) * p.n_heads * max_chunks;
+  float* part_o = p.workspace + 2 * int64_t(p.batch) * p.n_heads * n_slots;
   for (int i = tid; i < group * kDim; i += kThreads) {
     const int h = i / kDim, x = i % kDim;
     float v = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) v += red[(w * kMaxGroup + h) * kDim + x];
-    part_o[((head0 + h) * max_chunks + chunk) * kDim + x] = v;
+    part_o[((head0 + h) * n_slots + slot) * kDim + x] = v;
   }
-  if (tid < group) part_ml[(head0 + tid) * max_chunks + chunk] = make_float2(sm[tid], sl[tid]);
+  if (tid < group) part_ml[(head0 + tid) * n_slots + slot] = make_float2(sm[tid], sl[tid]);
 }
 
 // Resident CTAs per SM the register budget of a kernel with a history is sized for: its
-// shared memory is small (< 32 KB), so registers set the occupancy — 5 CTAs (≤ 96
+// shared memory is small (< 64 KB), so registers set the occupancy — 5 CTAs (≤ 96
 // registers) up to GQA 2, 4 (≤ 128) at GQA 4, 3 at GQA 8 (64 accumulators).
 constexpr int hist_ctas_per_sm(int max_group) { return max_group <= 2 ? 5 : max_group <= 4 ? 4 : 3; }
+
+// BF16 keys of the tensor-core split go in chunks of this many (a few hundred keys per
+// sequence: short chunks spread them over more CTAs).
+constexpr int kWindowChunkKeys = 128;
 
 // BF16-only cache (≈ 80 KB of shared memory, 2 CTAs per SM): the compiler's register choice.
 template <int kDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads) decode_chunk_kernel_fp(const DecodeAttentionParams p, int gb_log2,
-                                                                   int max_chunks) {
-  decode_chunk<0, kDim, kMaxGroup>(p, gb_log2, max_chunks);
+                                                                   int n_slots) {
+  decode_chunk<0, kDim, kMaxGroup>(p, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x, n_slots, false);
 }
 
+// Every key on the CUDA cores (INT8, G < d, or tensor_cores = false).
 template <int kBits, int kDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads, hist_ctas_per_sm(kMaxGroup))
-    decode_chunk_kernel_hist(const DecodeAttentionParams p, int gb_log2, int max_chunks) {
-  decode_chunk<kBits, kDim, kMaxGroup>(p, gb_log2, max_chunks);
+    decode_chunk_kernel_hist(const DecodeAttentionParams p, int gb_log2, int n_slots) {
+  decode_chunk<kBits, kDim, kMaxGroup>(p, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x, n_slots, false);
 }
 
-// grid (n_heads, B), d threads: out = Σ_c 2^(m_c − M)·o_c / Σ_c 2^(m_c − M)·l_c.
+// INT2/INT4 with G = d: the first n_window_slots CTAs of x take the BF16 keys (CUDA cores),
+// the rest the history chunks (tensor cores), in one launch so both kinds overlap.
+template <int kBits, int kDim, int kMaxGroup>
+__global__ void __launch_bounds__(kThreads, hist_ctas_per_sm(kMaxGroup))
+    decode_split_kernel(const DecodeAttentionParams p, int gb_log2, int n_window_slots, int n_slots) {
+  const int x = blockIdx.x;
+  if (x < n_window_slots)
+    decode_chunk<kBits, kDim, kMaxGroup>(p, gb_log2, x, kWindowChunkKeys, x, n_slots, true);
+  else
+    decode_history_mma<kBits, kDim>(p, x - n_window_slots, x, n_slots);
+}
+
+// grid (n_heads, B), d threads: out = Σ_c 2^(m_c − M)·o_c / Σ_c 2^(m_c − M)·l_c over the
+// slots that saw keys (l > 0; an empty slot has m = −inf, l = 0 and no o).
 template <int kDim>
-__global__ void __launch_bounds__(kDim) decode_merge_kernel(const DecodeAttentionParams p, int max_chunks) {
+__global__ void __launch_bounds__(kDim) decode_merge_kernel(const DecodeAttentionParams p, int n_slots) {
   const int h = blockIdx.x, b = blockIdx.y, x = threadIdx.x;
   const int64_t head = int64_t(b) * p.n_heads + h;
-  const int t_len = max(p.seq_len[b], 0);
-  const int n_chunks = min((t_len + p.chunk_keys - 1) / p.chunk_keys, max_chunks);
-  const float2* ml = reinterpret_cast<const float2*>(p.workspace) + head * max_chunks;
-  const float* po = p.workspace + 2 * int64_t(p.batch) * p.n_heads * max_chunks + head * max_chunks * kDim;
+  const float2* ml = reinterpret_cast<const float2*>(p.workspace) + head * n_slots;
+  const float* po = p.workspace + 2 * int64_t(p.batch) * p.n_heads * n_slots + head * n_slots * kDim;
   float m = -INFINITY;
-  for (int c = 0; c < n_chunks; ++c) m = fmaxf(m, ml[c].x);
+  for (int c = 0; c < n_slots; ++c)
+    if (ml[c].y > 0.0f) m = fmaxf(m, ml[c].x);
   float l = 0.0f, o = 0.0f;
-  for (int c = 0; c < n_chunks; ++c) {
-    const float w = exp2f(ml[c].x - m);
-    l = fmaf(w, ml[c].y, l);
+  for (int c = 0; c < n_slots; ++c) {
+    const float2 v = ml[c];
+    if (!(v.y > 0.0f)) continue;
+    const float w = exp2f(v.x - m);
+    l = fmaf(w, v.y, l);
     o = fmaf(w, po[int64_t(c) * kDim + x], o);
   }
   p.out[head * kDim + x] = l > 0.0f ? o / l : 0.0f;
@@ -640,7 +654,24 @@ int log2_exact(int v) {
   return l;
 }
 
-int64_t max_chunks_of(const DecodeAttentionParams& p) { return (p.max_seq_len + p.chunk_keys - 1) / p.chunk_keys; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The tensor-core split: INT2/INT4 with one quantization group per row.
+bool uses_split(const DecodeAttentionParams& p) {
+  return p.tensor_cores && (p.bits == 2 || p.bits == 4) && p.group == p.head_dim;
+}
+
+// Partial slots per (sequence, head): chunks of all keys, or with the split the BF16-key
+// chunks followed by the history chunks.
+struct SlotCounts {
+  int64_t window = 0, total = 0;
+};
+SlotCounts slot_counts(const DecodeAttentionParams& p) {
+  if (!uses_split(p)) return {0, ceil_div(p.max_seq_len, p.chunk_keys)};
+  const int64_t window_keys = p.max_window_keys > 0 ? std::min(p.max_window_keys, p.max_seq_len) : p.max_seq_len;
+  const int64_t window = ceil_div(window_keys, kWindowChunkKeys);
+  return {window, window + ceil_div(std::max<int64_t>(p.max_seq_len - p.sink, 0), p.chunk_keys)};
+}
 
 void check_params(const DecodeAttentionParams& p) {
   const auto need = [](bool ok, const std::string& what) {
@@ -661,6 +692,7 @@ void check_params(const DecodeAttentionParams& p) {
     need(aligned16(p.hist_k) && aligned16(p.hist_v), "history pools must be 16-byte aligned");
   }
   need(p.sink >= 0, "sink " + std::to_string(p.sink) + " < 0");
+  need(p.max_window_keys >= 0, "max_window_keys " + std::to_string(p.max_window_keys) + " < 0");
   need(p.chunk_keys >= kTile && p.chunk_keys % kTile == 0,
        "chunk_keys " + std::to_string(p.chunk_keys) + " is not a positive multiple of 64");
   need(p.max_seq_len >= 0 && p.max_seq_len <= INT32_MAX - p.chunk_keys, "max_seq_len out of range");
@@ -669,27 +701,45 @@ void check_params(const DecodeAttentionParams& p) {
   need(p.max_seq_len == 0 || p.workspace, "workspace is null");
 }
 
+// Above 48 KB a kernel must opt in to dynamic shared memory (once per process and kernel:
+// the static lives in each kKernel's own instantiation).
+template <auto kKernel>
+void allow_smem(size_t bytes) {
+  static const cudaError_t attr = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  check_cuda(attr, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+}
+
 template <int kBits, int kDim, int kMaxGroup>
 void launch(const DecodeAttentionParams& p, cudaStream_t stream) {
   using Geo = Geometry<kBits, kDim, kMaxGroup>;
-  const int max_chunks = int(max_chunks_of(p));
-  if (max_chunks > 0) {
-    // Above 48 KB a kernel must opt in to dynamic shared memory (once per process).
-    auto* const kernel = [] {
-      if constexpr (kBits == 0)
-        return decode_chunk_kernel_fp<kDim, kMaxGroup>;
-      else
-        return decode_chunk_kernel_hist<kBits, kDim, kMaxGroup>;
-    }();
-    static const cudaError_t attr =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Geo::kSmemBytes));
-    check_cuda(attr, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
-    const int gb = kBits == 0 ? kDim : p.group * kBits / 8;
-    const dim3 grid(unsigned(max_chunks), unsigned(p.n_kv_heads), unsigned(p.batch));
-    kernel<<<grid, kThreads, Geo::kSmemBytes, stream>>>(p, log2_exact(gb), max_chunks);
-    check_cuda(cudaGetLastError(), "decode_chunk_kernel launch");
+  const SlotCounts slots = slot_counts(p);
+  const int n_slots = int(slots.total);
+  if (n_slots > 0) {
+    const int gb_log2 = log2_exact(kBits == 0 ? kDim : p.group * kBits / 8);
+    const dim3 grid(unsigned(n_slots), unsigned(p.n_kv_heads), unsigned(p.batch));
+    if constexpr (kBits == 2 || kBits == 4) {
+      if (uses_split(p)) {
+        using M = MmaGeometry<kBits, kDim>;
+        constexpr size_t kSmem = Geo::kSmemBytes > size_t(M::kSmemBytes) ? Geo::kSmemBytes : size_t(M::kSmemBytes);
+        allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup>>(kSmem);
+        decode_split_kernel<kBits, kDim, kMaxGroup>
+            <<<grid, kThreads, kSmem, stream>>>(p, gb_log2, int(slots.window), n_slots);
+        check_cuda(cudaGetLastError(), "decode_split_kernel launch");
+      }
+    }
+    if (!uses_split(p)) {
+      if constexpr (kBits == 0) {
+        allow_smem<decode_chunk_kernel_fp<kDim, kMaxGroup>>(Geo::kSmemBytes);
+        decode_chunk_kernel_fp<kDim, kMaxGroup><<<grid, kThreads, Geo::kSmemBytes, stream>>>(p, gb_log2, n_slots);
+      } else {
+        allow_smem<decode_chunk_kernel_hist<kBits, kDim, kMaxGroup>>(Geo::kSmemBytes);
+        decode_chunk_kernel_hist<kBits, kDim, kMaxGroup>
+            <<<grid, kThreads, Geo::kSmemBytes, stream>>>(p, gb_log2, n_slots);
+      }
+      check_cuda(cudaGetLastError(), "decode_chunk_kernel launch");
+    }
   }
-  decode_merge_kernel<kDim><<<dim3(unsigned(p.n_heads), unsigned(p.batch)), kDim, 0, stream>>>(p, max_chunks);
+  decode_merge_kernel<kDim><<<dim3(unsigned(p.n_heads), unsigned(p.batch)), kDim, 0, stream>>>(p, n_slots);
   check_cuda(cudaGetLastError(), "decode_merge_kernel launch");
 }
 
@@ -722,7 +772,7 @@ int decode_attention_default_chunk(int batch, int n_kv_heads, int64_t max_seq_le
 
 size_t decode_attention_workspace_bytes(const DecodeAttentionParams& p) {
   if (p.chunk_keys <= 0) fail("chunk_keys must be set before sizing the workspace");
-  const size_t heads = size_t(p.batch) * size_t(p.n_heads) * size_t(max_chunks_of(p));
+  const size_t heads = size_t(p.batch) * size_t(p.n_heads) * size_t(slot_counts(p).total);
   return heads * (2 + size_t(p.head_dim)) * sizeof(float);
 }
 

@@ -30,6 +30,14 @@ struct DecodeAttentionParams {
   int sink = 64;        // S: history starts at token S (global)
   int chunk_keys = 0;   // keys per split-KV chunk, a multiple of 64 (decode_attention_default_chunk)
   int64_t max_seq_len = 0;  // host value: max over b of seq_len[b] (sizes the grid and workspace)
+  // Host value: a bound on every sequence's BF16 keys, min(S, t_b) + (t_b − h_b) (sink and
+  // recent window; S + W + 16 for window W); 0 = max_seq_len. Sizes the grid of the
+  // tensor-core path, which takes the BF16 keys apart from the history: keys past a bound
+  // that is too small are not attended to.
+  int64_t max_window_keys = 0;
+  // INT2/INT4 with G = d take the history on tensor cores (f16 q and weights, f32 sums;
+  // docs/cuda.md); false keeps every key on the CUDA cores in f32 (for comparisons).
+  bool tensor_cores = true;
 
   const float* q = nullptr;          // [B, n_heads, d], already rotated, unscaled
   const int32_t* seq_len = nullptr;  // [B] t_b

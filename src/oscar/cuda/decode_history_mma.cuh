@@ -1,0 +1,427 @@
+// The INT2/INT4 history part of decode attention on tensor cores, for one group per row
+// (G = d, the OSCAR default). One CTA takes one chunk of one sequence's history for one KV
+// head and writes its online-softmax partial (m, l, o) for every query head of the GQA
+// group. Internal to decode_attention.cu; design in docs/cuda.md ("Tensor-core history").
+//
+// The arithmetic runs as mma.m16n8k16 (f16 inputs, f32 accumulation) on the raw codes, with
+// each row's scale and zero factored out, so dequantization costs no multiply:
+//   scores  S^T[token][head] = C_K[token][:] · q'[:][head]      then  s·(…) − s·z·Σq'
+//   values  O^T[dim][head]   = C_V^T[dim][:] · (p·s_V)[:][head] then  − Σ_t p·s_V·z_V
+// A code c placed in the low bits of an f16 is the subnormal c·2^-24, exactly, so unpacking
+// is one shift and one AND per two codes; the 2^24 is put back in f32. q is rounded to f16
+// (scaled by a power of two per head if it is large), p·s_V too; both are the only
+// roundings (docs/cuda.md gives the bounds the test checks).
+#pragma once
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "oscar/cuda/decode_attention.h"
+#include "oscar/cuda/device_primitives.cuh"
+
+namespace oscar::cuda::detail {
+
+// Compile-time geometry: kBits 2 or 4, kDim 64 or 128, G = kDim.
+template <int kBits, int kDim>
+struct MmaGeometry {
+  static constexpr int kThreads = 128;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kCodeBytes = kDim * kBits / 8;  // = P, the parts stride (G = d)
+  static constexpr int kRowBytes = kCodeBytes + 4;     // codes, fp16 scale, fp16 zero
+  static constexpr int kPageRows = kDecodeHistBlockTokens;
+  static constexpr int kPageBytes = kPageRows * kRowBytes;  // a multiple of 16
+  static constexpr int kCodesPerByte = 8 / kBits;
+  static constexpr uint32_t kPairMask = ((1u << kBits) - 1u) * 0x00010001u;
+  static constexpr int kHalf2PerWord = 16 / kBits;  // code pairs k < this at bits k·bits (+16)
+  // Unpacking by AND alone: pair k is taken where it lies when it fits the 10 mantissa bits
+  // of an f16 (then it reads as c·2^(pos − 24)), else from the word shifted right by kHighShift.
+  // The power of two 2^pos is undone outside the MMA: in q for scores, in the output for values.
+  static constexpr int kHighShift = kBits == 2 ? 10 : 8;
+  __host__ __device__ static constexpr bool high(int k) { return kBits * k + kBits > 10; }
+  __host__ __device__ static constexpr int pos(int k) { return high(k) ? kBits * k - kHighShift : kBits * k; }
+  static constexpr int kBlocks = kDim / 16;         // k-blocks of QK = m-tiles of PV
+  // QK: thread (g, t) of a warp reads bytes [t·P/4, (t+1)·P/4) of rows g and g + 8.
+  static constexpr int kQkWords = kCodeBytes / 16;
+  // PV: it reads bytes [g·P/8, (g+1)·P/8) of rows 2t, 2t+1, 2t+8, 2t+9 as 16-bit halves.
+  static constexpr int kPvHalves = kCodeBytes / 16;
+  // Each warp walks its own pages, kPagesPerStep at a time, through kStages buffers.
+  static constexpr int kPagesPerStep = 2;
+  static constexpr int kStages = 4;
+  static constexpr int kStepBytes = 2 * kPagesPerStep * kPageBytes;  // K pages, then V pages
+  static constexpr int kWarpBytes = kStages * kStepBytes;
+  static constexpr int kMaxGroup = 8;  // the n of m16n8k16: query heads of a GQA group
+  // After the walk the stage buffers hold the warps' outputs [warp][head][d] for the merge.
+  static constexpr int kRedBytes = kWarps * kMaxGroup * kDim * 4;
+  static constexpr int kBufBytes = kWarps * kWarpBytes > kRedBytes ? kWarps * kWarpBytes : kRedBytes;
+  static constexpr int kQOff = kBufBytes;                          // q' [8][d] f32
+  static constexpr int kHeadOff = kQOff + kMaxGroup * kDim * 4;    // Σq', 1/scale [8] each
+  static constexpr int kWarpStatOff = kHeadOff + 2 * kMaxGroup * 4;  // m, l [warp][8]
+  static constexpr int kBarOff = kWarpStatOff + 2 * kWarps * kMaxGroup * 4;  // mbarriers [warp][stage]
+  static constexpr int kSmemBytes = kBarOff + kWarps * kStages * 8;
+  static_assert(kBarOff % 8 == 0, "mbarriers are 8-byte aligned");
+  static_assert(kPageBytes % 16 == 0 && kStepBytes % 16 == 0, "pages are copied in 16-byte parts");
+  static_assert(kQkWords >= 1 && kPvHalves >= 1, "a thread's share of a row is at least one word / half");
+  static_assert(kQkWords * kHalf2PerWord == 2 * kBlocks, "QK: a thread's codes of a row fill its A fragments");
+  static_assert(kPvHalves * kHalf2PerWord == 2 * kBlocks, "PV: a thread's codes of a token pair fill its A fragments");
+};
+
+// Pair k of a word (w_hi = w >> kHighShift), as f16 subnormals c·2^(pos(k) − 24).
+template <class M>
+__device__ __forceinline__ uint32_t code_pair(uint32_t w, uint32_t w_hi, int k) {
+  return (M::high(k) ? w_hi : w) & (M::kPairMask << M::pos(k));
+}
+
+// Dim of the low (hi = 0) or high (hi = 1) f16 of the i-th half2 a QK thread t unpacks from
+// its words: byte j of the codes holds dims j + s·P in its bit fields s (the §1 parts layout).
+template <class M>
+__device__ __forceinline__ int qk_dim(int t, int i, int hi) {
+  const int word = i / M::kHalf2PerWord, k = i % M::kHalf2PerWord;
+  const int byte = t * (M::kCodeBytes / 4) + 4 * word + k / M::kCodesPerByte + 2 * hi;
+  return byte + (k % M::kCodesPerByte) * M::kCodeBytes;
+}
+// Dim of PV output row g (i even) or g + 8 (i odd) of m-tile i / 2 for lane group g.
+template <class M>
+__device__ __forceinline__ int pv_dim(int g, int i) {
+  const int half = i / M::kHalf2PerWord, k = i % M::kHalf2PerWord;
+  const int byte = g * (M::kCodeBytes / 8) + 2 * half + k / M::kCodesPerByte;
+  return byte + (k % M::kCodesPerByte) * M::kCodeBytes;
+}
+
+__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// Transposes the 8×8 f16 matrix held one row-pair per thread (the mma C/A fragment layout).
+__device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
+  uint32_t y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ float half_lo(uint32_t w) { return __half2float(__ushort_as_half(uint16_t(w & 0xffffu))); }
+__device__ __forceinline__ float half_hi(uint32_t w) { return __half2float(__ushort_as_half(uint16_t(w >> 16))); }
+__device__ __forceinline__ uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ uint32_t lds16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+
+// Stands in for a released history page (a correct caller never asks for one): zeros.
+__device__ __align__(16) uint8_t g_zero_page[16 * (128 * 4 / 8 + 4)];
+
+// Writes "no keys" (m = −inf, l = 0) for the group's heads; the merge skips such slots.
+__device__ __forceinline__ void write_empty_partial(const DecodeAttentionParams& p, int64_t head0, int group,
+                                                    int slot, int n_slots) {
+  if (int(threadIdx.x) < group)
+    reinterpret_cast<float2*>(p.workspace)[(head0 + threadIdx.x) * n_slots + slot] = make_float2(-INFINITY, 0.0f);
+}
+
+// History rows [chunk·chunk_keys, …) of sequence blockIdx.z, KV head blockIdx.y (row r is
+// token S + r); partial written to `slot` of n_slots.
+template <int kBits, int kDim>
+__device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, int slot, int n_slots) {
+  using M = MmaGeometry<kBits, kDim>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int kvh = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int group = p.n_heads / p.n_kv_heads;
+  const int64_t head0 = int64_t(b) * p.n_heads + int64_t(kvh) * group;
+  const int t_len = p.seq_len[b];
+  const int hs = min(p.sink, t_len);
+  const int n_rows = min(max(p.hist_end[b], hs), t_len) - hs;
+  const int r0 = chunk * p.chunk_keys, r1 = min(n_rows, r0 + p.chunk_keys);
+  if (r0 >= r1) return write_empty_partial(p, head0, group, slot, n_slots);
+
+  // q' = q·log2(e)/√d·2^-e_h rounded to f16 with max|q'| in [2^14, 2^15), Σq' per head.
+  float* sq = reinterpret_cast<float*>(smem + M::kQOff);
+  float* sqsum = reinterpret_cast<float*>(smem + M::kHeadOff);
+  float* sqinv = sqsum + M::kMaxGroup;
+  const float qscale = 1.4426950408889634f / sqrtf(float(kDim));
+  const float* qb = p.q + head0 * kDim;
+  for (int i = tid; i < M::kMaxGroup * kDim; i += M::kThreads) sq[i] = i / kDim < group ? qb[i] * qscale : 0.0f;
+  __syncthreads();
+  for (int h = warp; h < M::kMaxGroup; h += M::kWarps) {
+    float mx = 0.0f;
+    for (int i = lane; i < kDim; i += 32) mx = fmaxf(mx, fabsf(sq[h * kDim + i]));
+    mx = warp_max(mx);
+    int ex = 0;
+    frexpf(mx, &ex);  // mx < 2^ex
+    const int e = mx > 0.0f ? ex - 15 : 0;  // max|q'| in [2^14, 2^15): f16 headroom for 2^-pos
+    float sum = 0.0f;
+    for (int i = lane; i < kDim; i += 32) {
+      const float r = __half2float(__float2half_rn(ldexpf(sq[h * kDim + i], -e)));
+      sq[h * kDim + i] = r;
+      sum += r;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) {
+      sqsum[h] = sum;
+      sqinv[h] = ldexpf(1.0f, e);
+    }
+  }
+  __syncthreads();
+  // B fragments of q' (k = dims in the QK order, n = head g), and this thread's two heads.
+  uint32_t qf[M::kBlocks][2];
+#pragma unroll
+  for (int kb = 0; kb < M::kBlocks; ++kb)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int i = 2 * kb + r;
+      const float undo = ldexpf(1.0f, -M::pos(i % M::kHalf2PerWord));  // exact: q' is f16 already
+      qf[kb][r] = pack_half2(sq[g * kDim + qk_dim<M>(t, i, 0)] * undo, sq[g * kDim + qk_dim<M>(t, i, 1)] * undo);
+    }
+  // score = (s·2^24·Σq'c − s·z·Σq')·2^e = (s·Σq'c)·qa − (s·z)·qz per head.
+  const float qa[2] = {sqinv[2 * t] * 16777216.0f, sqinv[2 * t + 1] * 16777216.0f};
+  const float qz[2] = {sqsum[2 * t] * sqinv[2 * t], sqsum[2 * t + 1] * sqinv[2 * t + 1]};
+
+  // Running state for heads 2t, 2t+1: max m (log2 units), this thread's share of l and of
+  // Σ p·s_V·z_V, and O^T fragments (m-tile mt: rows g, g+8 × heads 2t, 2t+1).
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, z_run[2] = {0.0f, 0.0f};
+  float acc[M::kBlocks][4];
+#pragma unroll
+  for (int mt = 0; mt < M::kBlocks; ++mt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[mt][e] = 0.0f;
+
+  // Pages of this chunk: [page0, page1); warp w takes steps (pairs of pages) w, w + 4, …
+  const int page0 = r0 / M::kPageRows, page1 = (r1 + M::kPageRows - 1) / M::kPageRows;
+  const int n_pairs = (page1 - page0 + M::kPagesPerStep - 1) / M::kPagesPerStep;
+  const int n_steps = n_pairs > warp ? (n_pairs - warp + M::kWarps - 1) / M::kWarps : 0;
+  uint8_t* wbuf = smem + warp * M::kWarpBytes;
+  const int32_t* pages = p.hist_blocks + int64_t(b) * p.hist_blocks_stride;
+  // Lane 0 copies a step's K and V pages with the TMA unit, each page one bulk copy, and
+  // arms the stage's barrier with their bytes; lanes wait on the barrier's phase.
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + M::kBarOff) + warp * M::kStages;
+  if (lane == 0) {
+#pragma unroll
+    for (int s = 0; s < M::kStages; ++s) mbar_init(bars + s, 1);
+    mbar_init_fence();
+  }
+  __syncwarp();
+  // Page ids travel one step ahead of their copies: lane pp < kPagesPerStep loads the id of
+  // page pp of a step, so the load's latency is hidden behind a step of compute.
+  const auto load_id = [&](int step) {
+    const int page_index = page0 + (step * M::kWarps + warp) * M::kPagesPerStep + lane;
+    return lane < M::kPagesPerStep && step < n_steps && page_index < page1 ? pages[page_index] : -1;
+  };
+  const auto issue = [&](int step, int id) {
+    int ids[M::kPagesPerStep];
+#pragma unroll
+    for (int pp = 0; pp < M::kPagesPerStep; ++pp) ids[pp] = __shfl_sync(0xffffffffu, id, pp);
+    if (lane != 0) return;
+    const int first = page0 + (step * M::kWarps + warp) * M::kPagesPerStep;
+    const int n = min(M::kPagesPerStep, page1 - first);  // pages past the chunk are never read
+    uint8_t* dst = wbuf + (step % M::kStages) * M::kStepBytes;
+    uint64_t* bar = bars + step % M::kStages;
+    mbar_arrive_expect(bar, unsigned(2 * n * M::kPageBytes));
+#pragma unroll
+    for (int pp = 0; pp < M::kPagesPerStep; ++pp) {
+      if (pp >= n) break;
+      const int page = ids[pp];
+      const int64_t off = (int64_t(page) * p.n_kv_heads + kvh) * M::kPageBytes;
+      const uint8_t* k = page >= 0 ? p.hist_k + off : g_zero_page;
+      const uint8_t* v = page >= 0 ? p.hist_v + off : g_zero_page;
+      bulk_copy_to_smem(dst + pp * M::kPageBytes, k, M::kPageBytes, bar);
+      bulk_copy_to_smem(dst + (M::kPagesPerStep + pp) * M::kPageBytes, v, M::kPageBytes, bar);
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < M::kStages - 1; ++s)
+    if (s < n_steps) issue(s, load_id(s));
+  int next_id = load_id(M::kStages - 1);
+  for (int step = 0; step < n_steps; ++step) {
+    if (step + M::kStages - 1 < n_steps) issue(step + M::kStages - 1, next_id);
+    next_id = load_id(step + M::kStages);
+    mbar_wait(bars + step % M::kStages, unsigned(step / M::kStages) & 1u);
+    const uint8_t* kbuf = wbuf + (step % M::kStages) * M::kStepBytes;
+    const uint8_t* vbuf = kbuf + M::kPagesPerStep * M::kPageBytes;
+    const int row_base = (page0 + (step * M::kWarps + warp) * M::kPagesPerStep) * M::kPageRows;
+
+    // A step whose rows all lie in the chunk (all but the last) skips the masking.
+    const auto compute = [&](auto full_tag) {
+      constexpr bool kFull = decltype(full_tag)::value;
+      // Scores of the step's tokens: sc[page][e], e = (row g | g+8) × (head 2t | 2t+1).
+      float sc[M::kPagesPerStep][4];
+      bool valid[M::kPagesPerStep][2];
+  #pragma unroll
+      for (int pg = 0; pg < M::kPagesPerStep; ++pg) {
+        const uint8_t* kp = kbuf + pg * M::kPageBytes;
+        uint32_t wa[M::kQkWords], wb[M::kQkWords], wa_hi[M::kQkWords], wb_hi[M::kQkWords];
+  #pragma unroll
+        for (int w = 0; w < M::kQkWords; ++w) {
+          wa[w] = lds32(kp + g * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
+          wb[w] = lds32(kp + (g + 8) * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
+          wa_hi[w] = wa[w] >> M::kHighShift;
+          wb_hi[w] = wb[w] >> M::kHighShift;
+        }
+        // Two accumulators halve the chain of dependent MMAs.
+        float c2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+  #pragma unroll
+        for (int kb = 0; kb < M::kBlocks; ++kb) {
+          const int i0 = 2 * kb, i1 = 2 * kb + 1;
+          const int w0 = i0 / M::kHalf2PerWord, k0 = i0 % M::kHalf2PerWord;
+          const int w1 = i1 / M::kHalf2PerWord, k1 = i1 % M::kHalf2PerWord;
+          mma_16816(c2[kb & 1], code_pair<M>(wa[w0], wa_hi[w0], k0), code_pair<M>(wb[w0], wb_hi[w0], k0),
+                    code_pair<M>(wa[w1], wa_hi[w1], k1), code_pair<M>(wb[w1], wb_hi[w1], k1), qf[kb][0], qf[kb][1]);
+        }
+        const float c[4] = {c2[0][0] + c2[1][0], c2[0][1] + c2[1][1], c2[0][2] + c2[1][2], c2[0][3] + c2[1][3]};
+  #pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const int row = g + 8 * rr;
+          const int r = row_base + pg * M::kPageRows + row;
+          valid[pg][rr] = kFull || r < r1;  // r >= r0: chunks start on a page
+          const uint32_t sz = lds32(kp + row * M::kRowBytes + M::kCodeBytes);
+          const float s = half_lo(sz), zs = s * half_hi(sz);
+  #pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const float v = fmaf(s * c[2 * rr + hh], qa[hh], -zs * qz[hh]);
+            sc[pg][2 * rr + hh] = valid[pg][rr] ? v : -INFINITY;
+          }
+        }
+      }
+
+      // Online softmax over the step, per head: max across the 8 lane groups.
+      float alpha[2];
+  #pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float mx = -INFINITY;
+  #pragma unroll
+        for (int pg = 0; pg < M::kPagesPerStep; ++pg) mx = fmaxf(mx, fmaxf(sc[pg][hh], sc[pg][2 + hh]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float m_new = fmaxf(m_run[hh], mx);
+        alpha[hh] = m_run[hh] == m_new ? 1.0f : exp2f(m_run[hh] - m_new);  // 0 from −inf
+        m_run[hh] = m_new;
+        l_run[hh] *= alpha[hh];
+        z_run[hh] *= alpha[hh];
+      }
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+  #pragma unroll
+        for (int mt = 0; mt < M::kBlocks; ++mt) {
+          acc[mt][0] *= alpha[0];
+          acc[mt][1] *= alpha[1];
+          acc[mt][2] *= alpha[0];
+          acc[mt][3] *= alpha[1];
+        }
+      }
+
+  #pragma unroll
+      for (int pg = 0; pg < M::kPagesPerStep; ++pg) {
+        const uint8_t* vp = vbuf + pg * M::kPageBytes;
+        // P'^T B fragments: p·s_V rounded to f16, transposed from (token, head) to (head, token).
+        uint32_t pr[2];
+  #pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const int row = g + 8 * rr;
+          const uint32_t sz = lds32(vp + row * M::kRowBytes + M::kCodeBytes);
+          const float s = half_lo(sz), z = half_hi(sz);
+          float pw[2];
+  #pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const float pe = valid[pg][rr] ? exp2f(sc[pg][2 * rr + hh] - m_run[hh]) : 0.0f;
+            l_run[hh] += pe;
+            pw[hh] = valid[pg][rr] ? pe * s : 0.0f;
+          }
+          pr[rr] = pack_half2(pw[0], pw[1]);
+          if (valid[pg][rr]) {
+            z_run[0] = fmaf(half_lo(pr[rr]), z, z_run[0]);
+            z_run[1] = fmaf(half_hi(pr[rr]), z, z_run[1]);
+          }
+        }
+        const uint32_t b0 = transpose8x8(pr[0]), b1 = transpose8x8(pr[1]);
+        // C_V^T A fragments: codes of dims (g-th share of the row) × tokens (2t, 2t+1 | 2t+8, 2t+9).
+        uint32_t x[2][M::kPvHalves], x_hi[2][M::kPvHalves];  // [token pair][half]: (token 2t·, 2t·+1)
+  #pragma unroll
+        for (int pair = 0; pair < 2; ++pair) {
+          const uint8_t* ra = vp + (2 * t + 8 * pair) * M::kRowBytes + g * (M::kCodeBytes / 8);
+          const uint8_t* rb = ra + M::kRowBytes;
+          if constexpr (M::kPvHalves == 1) {
+            x[pair][0] = lds16(ra) | (lds16(rb) << 16);
+          } else {
+  #pragma unroll
+            for (int w = 0; w < M::kPvHalves / 2; ++w) {
+              const uint32_t a = lds32(ra + 4 * w), bw = lds32(rb + 4 * w);
+              x[pair][2 * w] = __byte_perm(a, bw, 0x5410);
+              x[pair][2 * w + 1] = __byte_perm(a, bw, 0x7632);
+            }
+          }
+        }
+  #pragma unroll
+        for (int pair = 0; pair < 2; ++pair)
+  #pragma unroll
+          for (int hf = 0; hf < M::kPvHalves; ++hf) x_hi[pair][hf] = x[pair][hf] >> M::kHighShift;
+  #pragma unroll
+        for (int mt = 0; mt < M::kBlocks; ++mt) {
+          const int i0 = 2 * mt, i1 = 2 * mt + 1;
+          const int h0 = i0 / M::kHalf2PerWord, k0 = i0 % M::kHalf2PerWord;
+          const int h1 = i1 / M::kHalf2PerWord, k1 = i1 % M::kHalf2PerWord;
+          mma_16816(acc[mt], code_pair<M>(x[0][h0], x_hi[0][h0], k0), code_pair<M>(x[0][h1], x_hi[0][h1], k1),
+                    code_pair<M>(x[1][h0], x_hi[1][h0], k0), code_pair<M>(x[1][h1], x_hi[1][h1], k1), b0, b1);
+        }
+      }
+    };
+    if (row_base + M::kPagesPerStep * M::kPageRows <= r1)
+      compute(std::true_type{});
+    else
+      compute(std::false_type{});
+    __syncwarp();  // every lane is done with this stage before it is refilled
+  }
+
+  // This warp's totals over its lane groups, then the CTA's: the 4 warps merged in shared memory.
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+    for (int off = 4; off < 32; off *= 2) {
+      l_run[hh] += __shfl_xor_sync(0xffffffffu, l_run[hh], off);
+      z_run[hh] += __shfl_xor_sync(0xffffffffu, z_run[hh], off);
+    }
+  __syncthreads();  // all warps are done with the stage buffers
+  float* red = reinterpret_cast<float*>(smem);  // [warp][head][d]
+  float* wm = reinterpret_cast<float*>(smem + M::kWarpStatOff);
+  float* wl = wm + M::kWarps * M::kMaxGroup;
+#pragma unroll
+  for (int mt = 0; mt < M::kBlocks; ++mt)
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int i = 2 * mt + rr;
+      const int dim = pv_dim<M>(g, i);
+      const float unscale = ldexpf(1.0f, 24 - M::pos(i % M::kHalf2PerWord));  // codes were c·2^(pos − 24)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh)
+        red[(warp * M::kMaxGroup + 2 * t + hh) * kDim + dim] = acc[mt][2 * rr + hh] * unscale - z_run[hh];
+    }
+  if (g == 0) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      wm[warp * M::kMaxGroup + 2 * t + hh] = m_run[hh];
+      wl[warp * M::kMaxGroup + 2 * t + hh] = l_run[hh];
+    }
+  }
+  __syncthreads();
+  float2* part_ml = reinterpret_cast<float2*>(p.workspace);
+  float* part_o = p.workspace + 2 * int64_t(p.batch) * p.n_heads * n_slots;
+  for (int i = tid; i < group * kDim; i += M::kThreads) {
+    const int h = i / kDim, x = i % kDim;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < M::kWarps; ++w) m = fmaxf(m, wm[w * M::kMaxGroup + h]);
+    float o = 0.0f, l = 0.0f;
+#pragma unroll
+    for (int w = 0; w < M::kWarps; ++w) {
+      const float mw = wm[w * M::kMaxGroup + h];
+      const float f = mw == -INFINITY ? 0.0f : exp2f(mw - m);
+      o = fmaf(f, red[(w * M::kMaxGroup + h) * kDim + x], o);
+      l = fmaf(f, wl[w * M::kMaxGroup + h], l);
+    }
+    part_o[((head0 + h) * n_slots + slot) * kDim + x] = o;
+    if (x == 0) part_ml[(head0 + h) * n_slots + slot] = make_float2(m, l);
+  }
+}
+
+}  // namespace oscar::cuda::detail
