@@ -1,7 +1,7 @@
 // Decode attention at Qwen3-8B shapes (32 query heads, 8 KV heads, head_dim 128, G 128)
 // over BF16 / INT8 / INT4 / INT2 caches: median kernel time, bytes moved, GB/s, and the
 // fraction of the device-to-device copy bandwidth measured in the same process.
-//   bench_decode_attention [--json PATH] [--commit SHA] [--iters N]
+//   bench_decode_attention [--json PATH] [--commit SHA] [--iters N] [--only B T KV] [--chunk KEYS]
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -117,7 +117,8 @@ struct Kv {
 };
 
 // One (B, T, kv) measurement. Every sequence has length T; pages are shuffled in the pools.
-Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, void* flush, size_t flush_bytes, double copy) {
+Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, void* flush, size_t flush_bytes, double copy,
+            int chunk) {
   Row row;
   row.batch = batch;
   row.seq = seq;
@@ -161,7 +162,7 @@ Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, void* flush, 
   p.max_seq_len = seq;
   p.max_window_keys = n_fp;
   p.tensor_cores = kv.tensor_cores;
-  p.chunk_keys = oscar::cuda::decode_attention_default_chunk(batch, kKvHeads, seq, n_sm);
+  p.chunk_keys = chunk > 0 ? chunk : oscar::cuda::decode_attention_default_chunk(p, n_sm);
   row.chunk = p.chunk_keys;
 
   Allocs a;
@@ -247,7 +248,7 @@ std::string json_escape(const std::string& s) {
 int main(int argc, char** argv) {
   std::string json_path, commit, command;
   int iters = 25;
-  int only_batch = 0, only_seq = 0;
+  int only_batch = 0, only_seq = 0, chunk = 0;
   std::string only_kv;
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
   for (int i = 1; i < argc; ++i) {
@@ -255,13 +256,14 @@ int main(int argc, char** argv) {
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--commit" && i + 1 < argc) commit = argv[++i];
     else if (a == "--iters" && i + 1 < argc) iters = std::max(20, std::atoi(argv[++i]));
+    else if (a == "--chunk" && i + 1 < argc) chunk = std::atoi(argv[++i]);  // keys per chunk (default: heuristic)
     else if (a == "--only" && i + 3 < argc) {  // one row: B T kv (for profilers)
       only_batch = std::atoi(argv[++i]);
       only_seq = std::atoi(argv[++i]);
       only_kv = argv[++i];
     }
     else {
-      std::fprintf(stderr, "usage: %s [--json PATH] [--commit SHA] [--iters N>=20] [--only B T KV]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json PATH] [--commit SHA] [--iters N>=20] [--only B T KV] [--chunk KEYS]\n", argv[0]);
       return 2;
     }
   }
@@ -297,7 +299,7 @@ int main(int argc, char** argv) {
   for (const auto& [batch, seq] : shapes)
     for (const Kv& kv : kvs) {
       if (!only_kv.empty() && (batch != only_batch || seq != only_seq || only_kv != kv.name)) continue;
-      const Row r = measure(batch, seq, kv, iters, prop.multiProcessorCount, flush, flush_bytes, copy);
+      const Row r = measure(batch, seq, kv, iters, prop.multiProcessorCount, flush, flush_bytes, copy, chunk);
       std::printf("%4d %7d %7s %6d %10.4f %10.1f %9.1f %6.3f  %s\n", r.batch, r.seq, r.kv.c_str(), r.chunk, r.ms,
                   r.bytes / 1e6, r.gbps, r.frac, r.note.c_str());
       std::fflush(stdout);

@@ -376,8 +376,7 @@ std::vector<float> run_gpu(const HostCache& h, const std::vector<int>& lens) {
   if (c.window_bound)
     for (int b = 0; b < h.batch(); ++b)
       p.max_window_keys = std::max<int64_t>(p.max_window_keys, h.hist_begin(b) + lens[size_t(b)] - h.hist_stop(b));
-  p.chunk_keys = c.chunk > 0 ? c.chunk
-                             : oscar::cuda::decode_attention_default_chunk(p.batch, p.n_kv_heads, p.max_seq_len, g_n_sm);
+  p.chunk_keys = c.chunk > 0 ? c.chunk : oscar::cuda::decode_attention_default_chunk(p, g_n_sm);
   p.q = q.as<float>();
   p.seq_len = len.as<int32_t>();
   p.fp_k = fpk.as<uint16_t>();

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "oscar/cuda/decode_history_mma.cuh"
 #include "oscar/cuda/device_primitives.cuh"
@@ -572,7 +573,7 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
   }
   __syncthreads();
   float2* part_ml = reinterpret_cast<float2*>(p.workspace);
-  float* part_o = p.workspace + 2 * int64_t(p.batch) * p.n_heads * n_slots;
+  float* part_o = p.workspace + partial_o_offset(p.batch, p.n_heads, n_slots);
   for (int i = tid; i < group * kDim; i += kThreads) {
     const int h = i / kDim, x = i % kDim;
     float v = 0.0f;
@@ -608,8 +609,12 @@ __global__ void __launch_bounds__(kThreads, hist_ctas_per_sm(kMaxGroup))
 
 // INT2/INT4 with G = d: the first n_window_slots CTAs of x take the BF16 keys (CUDA cores),
 // the rest the history chunks (tensor cores), in one launch so both kinds overlap.
+// The split kernel holds the history walk's fragments too (≈ 100+ registers): 4 CTAs per SM
+// (3 at GQA 8), which is also what its shared memory allows.
+constexpr int split_ctas_per_sm(int max_group) { return max_group <= 4 ? 4 : 3; }
+
 template <int kBits, int kDim, int kMaxGroup>
-__global__ void __launch_bounds__(kThreads, hist_ctas_per_sm(kMaxGroup))
+__global__ void __launch_bounds__(kThreads, split_ctas_per_sm(kMaxGroup))
     decode_split_kernel(const DecodeAttentionParams p, int gb_log2, int n_window_slots, int n_slots) {
   const int x = blockIdx.x;
   if (x < n_window_slots)
@@ -618,26 +623,59 @@ __global__ void __launch_bounds__(kThreads, hist_ctas_per_sm(kMaxGroup))
     decode_history_mma<kBits, kDim>(p, x - n_window_slots, x, n_slots);
 }
 
-// grid (n_heads, B), d threads: out = Σ_c 2^(m_c − M)·o_c / Σ_c 2^(m_c − M)·l_c over the
-// slots that saw keys (l > 0; an empty slot has m = −inf, l = 0 and no o).
+// grid (n_heads, B), kMergeThreads threads: out = Σ_c 2^(m_c − M)·o_c / Σ_c 2^(m_c − M)·l_c
+// over the slots that saw keys (l > 0; an empty slot has m = −inf, l = 0 and no o). A long
+// sequence has a hundred slots or more, so they are spread over the warps (each lane holds
+// d/32 dims of a slot's o, one vector load) and the warps' sums are added at the end.
+constexpr int kMergeThreads = 256;
+
 template <int kDim>
-__global__ void __launch_bounds__(kDim) decode_merge_kernel(const DecodeAttentionParams p, int n_slots) {
-  const int h = blockIdx.x, b = blockIdx.y, x = threadIdx.x;
+__global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeAttentionParams p, int n_slots) {
+  constexpr int kWarpsM = kMergeThreads / 32, kVec = kDim / 32;
+  using Vec = std::conditional_t<kVec == 4, float4, float2>;
+  __shared__ float s_red[kWarpsM];
+  __shared__ float s_o[kWarpsM][kDim];
+  const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int64_t head = int64_t(b) * p.n_heads + h;
   const float2* ml = reinterpret_cast<const float2*>(p.workspace) + head * n_slots;
-  const float* po = p.workspace + 2 * int64_t(p.batch) * p.n_heads * n_slots + head * n_slots * kDim;
+  const float* po = p.workspace + partial_o_offset(p.batch, p.n_heads, n_slots) + head * n_slots * kDim;
+  const auto block_reduce = [&](float v, bool is_max) {
+    v = is_max ? warp_max(v) : warp_sum(v);
+    __syncthreads();  // s_red is free
+    if (lane == 0) s_red[warp] = v;
+    __syncthreads();
+    float r = s_red[0];
+#pragma unroll
+    for (int w = 1; w < kWarpsM; ++w) r = is_max ? fmaxf(r, s_red[w]) : r + s_red[w];
+    return r;
+  };
   float m = -INFINITY;
-  for (int c = 0; c < n_slots; ++c)
-    if (ml[c].y > 0.0f) m = fmaxf(m, ml[c].x);
-  float l = 0.0f, o = 0.0f;
-  for (int c = 0; c < n_slots; ++c) {
+  for (int c = tid; c < n_slots; c += kMergeThreads) {
     const float2 v = ml[c];
-    if (!(v.y > 0.0f)) continue;
-    const float w = exp2f(v.x - m);
-    l = fmaf(w, v.y, l);
-    o = fmaf(w, po[int64_t(c) * kDim + x], o);
+    if (v.y > 0.0f) m = fmaxf(m, v.x);
   }
-  p.out[head * kDim + x] = l > 0.0f ? o / l : 0.0f;
+  m = block_reduce(m, true);
+  float l = 0.0f, o[kVec] = {};
+#pragma unroll 4
+  for (int c = warp; c < n_slots; c += kWarpsM) {
+    const float2 v = ml[c];
+    if (!(v.y > 0.0f)) continue;  // the same for the whole warp
+    const float w = exp2f(v.x - m);
+    if (lane == 0) l = fmaf(w, v.y, l);
+    const Vec x = *reinterpret_cast<const Vec*>(po + int64_t(c) * kDim + lane * kVec);
+    const float* xs = reinterpret_cast<const float*>(&x);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) o[i] = fmaf(w, xs[i], o[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) s_o[warp][lane * kVec + i] = o[i];
+  l = block_reduce(l, false);  // its barriers also publish s_o
+  for (int x = tid; x < kDim; x += kMergeThreads) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarpsM; ++w) sum += s_o[w][x];
+    p.out[head * kDim + x] = l > 0.0f ? sum / l : 0.0f;
+  }
 }
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error("decode_attention: " + what); }
@@ -739,7 +777,7 @@ void launch(const DecodeAttentionParams& p, cudaStream_t stream) {
       check_cuda(cudaGetLastError(), "decode_chunk_kernel launch");
     }
   }
-  decode_merge_kernel<kDim><<<dim3(unsigned(p.n_heads), unsigned(p.batch)), kDim, 0, stream>>>(p, n_slots);
+  decode_merge_kernel<kDim><<<dim3(unsigned(p.n_heads), unsigned(p.batch)), kMergeThreads, 0, stream>>>(p, n_slots);
   check_cuda(cudaGetLastError(), "decode_merge_kernel launch");
 }
 
@@ -770,10 +808,22 @@ int decode_attention_default_chunk(int batch, int n_kv_heads, int64_t max_seq_le
   return chunk;
 }
 
+int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
+  if (!uses_split(p)) return decode_attention_default_chunk(p.batch, p.n_kv_heads, p.max_seq_len, n_sm);
+  // The tensor-core history walk is short per key, so long chunks pay for each CTA's ramp
+  // (q setup, the copy pipeline filling): 2048 keys at least, and no more than about 16
+  // CTAs per SM (H100: 2048–4096 measured best from (1, 8K) to (32, 32K), docs/cuda.md).
+  const int64_t target = 16 * int64_t(n_sm > 0 ? n_sm : 132);
+  int chunk = 2048;
+  while (chunk < 65536 && int64_t(p.batch) * p.n_kv_heads * ((p.max_seq_len + chunk - 1) / chunk) > target) chunk *= 2;
+  return chunk;
+}
+
 size_t decode_attention_workspace_bytes(const DecodeAttentionParams& p) {
   if (p.chunk_keys <= 0) fail("chunk_keys must be set before sizing the workspace");
-  const size_t heads = size_t(p.batch) * size_t(p.n_heads) * size_t(slot_counts(p).total);
-  return heads * (2 + size_t(p.head_dim)) * sizeof(float);
+  const int64_t n_slots = slot_counts(p).total;
+  const int64_t o_floats = int64_t(p.batch) * p.n_heads * n_slots * p.head_dim;
+  return size_t(partial_o_offset(p.batch, p.n_heads, n_slots) + o_floats) * sizeof(float);
 }
 
 void decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {

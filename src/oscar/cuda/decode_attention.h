@@ -65,6 +65,9 @@ inline size_t decode_quant_row_bytes(int head_dim, int bits, int group) {
 // A chunk size that gives the grid a few waves on `n_sm` multiprocessors without making
 // the partials (group·d floats per chunk) a noticeable share of the traffic.
 int decode_attention_default_chunk(int batch, int n_kv_heads, int64_t max_seq_len, int n_sm);
+// The chunk for these parameters (batch, heads, max_seq_len, bits, group, tensor_cores):
+// the tensor-core path wants longer chunks than the CUDA-core kernel.
+int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm);
 
 // Workspace for the partials: [B, n_heads, n_chunks] (m, l) pairs and [B, n_heads, n_chunks, d] outputs.
 size_t decode_attention_workspace_bytes(const DecodeAttentionParams& p);

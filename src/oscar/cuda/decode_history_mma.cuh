@@ -47,16 +47,17 @@ struct MmaGeometry {
   // PV: it reads bytes [g·P/8, (g+1)·P/8) of rows 2t, 2t+1, 2t+8, 2t+9 as 16-bit halves.
   static constexpr int kPvHalves = kCodeBytes / 16;
   // Each warp walks its own pages, kPagesPerStep at a time, through kStages buffers.
-  static constexpr int kPagesPerStep = 2;
-  static constexpr int kStages = 4;
+  static constexpr int kPagesPerStep = kBits == 2 ? 4 : 2;
+  static constexpr int kStages = kBits == 2 ? 3 : 4;
   static constexpr int kStepBytes = 2 * kPagesPerStep * kPageBytes;  // K pages, then V pages
   static constexpr int kWarpBytes = kStages * kStepBytes;
   static constexpr int kMaxGroup = 8;  // the n of m16n8k16: query heads of a GQA group
-  // After the walk the stage buffers hold the warps' outputs [warp][head][d] for the merge.
+  // The stage buffers also hold q' [8][d] f32 before the walk (read into registers before
+  // the first copy) and the warps' outputs [warp][head][d] for the merge after it.
   static constexpr int kRedBytes = kWarps * kMaxGroup * kDim * 4;
   static constexpr int kBufBytes = kWarps * kWarpBytes > kRedBytes ? kWarps * kWarpBytes : kRedBytes;
-  static constexpr int kQOff = kBufBytes;                          // q' [8][d] f32
-  static constexpr int kHeadOff = kQOff + kMaxGroup * kDim * 4;    // Σq', 1/scale [8] each
+  static constexpr int kQOff = 0;
+  static constexpr int kHeadOff = kBufBytes;                       // Σq', 1/scale [8] each
   static constexpr int kWarpStatOff = kHeadOff + 2 * kMaxGroup * 4;  // m, l [warp][8]
   static constexpr int kBarOff = kWarpStatOff + 2 * kWarps * kMaxGroup * 4;  // mbarriers [warp][stage]
   static constexpr int kSmemBytes = kBarOff + kWarps * kStages * 8;
@@ -109,6 +110,12 @@ __device__ __forceinline__ float half_lo(uint32_t w) { return __half2float(__ush
 __device__ __forceinline__ float half_hi(uint32_t w) { return __half2float(__ushort_as_half(uint16_t(w >> 16))); }
 __device__ __forceinline__ uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 __device__ __forceinline__ uint32_t lds16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+
+// The split-KV workspace: (m, l) float pairs [B·n_heads][n_slots], then the partial outputs
+// [B·n_heads][n_slots][d] from the next 16-byte boundary (the merge reads them as vectors).
+__host__ __device__ inline int64_t partial_o_offset(int64_t batch, int64_t n_heads, int64_t n_slots) {
+  return (2 * batch * n_heads * n_slots + 3) / 4 * 4;
+}
 
 // Stands in for a released history page (a correct caller never asks for one): zeros.
 __device__ __align__(16) uint8_t g_zero_page[16 * (128 * 4 / 8 + 4)];
@@ -177,6 +184,7 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
   // score = (s·2^24·Σq'c − s·z·Σq')·2^e = (s·Σq'c)·qa − (s·z)·qz per head.
   const float qa[2] = {sqinv[2 * t] * 16777216.0f, sqinv[2 * t + 1] * 16777216.0f};
   const float qz[2] = {sqsum[2 * t] * sqinv[2 * t], sqsum[2 * t + 1] * sqinv[2 * t + 1]};
+  __syncthreads();  // q' is in registers everywhere before the copies overwrite it
 
   // Running state for heads 2t, 2t+1: max m (log2 units), this thread's share of l and of
   // Σ p·s_V·z_V, and O^T fragments (m-tile mt: rows g, g+8 × heads 2t, 2t+1).
@@ -405,7 +413,7 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
   }
   __syncthreads();
   float2* part_ml = reinterpret_cast<float2*>(p.workspace);
-  float* part_o = p.workspace + 2 * int64_t(p.batch) * p.n_heads * n_slots;
+  float* part_o = p.workspace + partial_o_offset(p.batch, p.n_heads, n_slots);
   for (int i = tid; i < group * kDim; i += M::kThreads) {
     const int h = i / kDim, x = i % kDim;
     float m = -INFINITY;
