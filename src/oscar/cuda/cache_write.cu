@@ -1,0 +1,198 @@
+// Cache writes on the GPU: BF16 rows into fp pages, and the demotion of rows leaving the
+// recent window into packed history rows, bit for bit as the CPU codec
+// (src/oscar/kv/quant_codec.cpp, docs/kv-layout.md §1–§3) writes them.
+#include "oscar/cuda/cache_write.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace oscar::cuda {
+namespace {
+
+constexpr int kPageTokens = 16;  // fp and history pages (docs/kv-layout.md §8)
+
+// grid (n_kv_heads, B), d threads: row t_b of sequence b, K and V.
+__global__ void write_fp_rows_kernel(const FpWriteParams p) {
+  const int kvh = blockIdx.x, b = blockIdx.y, x = threadIdx.x;
+  const int t = p.pos[b];
+  const int page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + t / kPageTokens];
+  if (page < 0) return;  // a released page: refused on the host side of a correct caller
+  const int64_t src = (int64_t(b) * p.n_kv_heads + kvh) * p.head_dim + x;
+  const int64_t dst = ((int64_t(page) * p.n_kv_heads + kvh) * kPageTokens + t % kPageTokens) * p.head_dim + x;
+  p.fp_k[dst] = __bfloat16_as_ushort(__float2bfloat16_rn(p.k[src]));
+  p.fp_v[dst] = __bfloat16_as_ushort(__float2bfloat16_rn(p.v[src]));
+}
+
+// §2: the clip threshold τ = sort(|x|)[i], i = min(⌊ratio·d⌋, d − 1), over the warp's row
+// (each lane holds kVals consecutive values); +inf for ratio 0 or ≥ 1 (no clipping).
+template <int kVals>
+__device__ float clip_threshold(const float (&x)[kVals], float ratio, int d) {
+  if (!(ratio > 0.0f) || ratio >= 1.0f) return INFINITY;
+  const int idx = min(int(floor(double(ratio) * d)), d - 1);
+  float a[kVals];
+  int less[kVals], less_eq[kVals];
+#pragma unroll
+  for (int i = 0; i < kVals; ++i) {
+    a[i] = fabsf(x[i]);
+    less[i] = less_eq[i] = 0;
+  }
+  // Rank of each value among all d: the order statistic idx is a value with
+  // #{< a} ≤ idx < #{≤ a}.
+  for (int src = 0; src < 32; ++src)
+#pragma unroll
+    for (int j = 0; j < kVals; ++j) {
+      const float o = __shfl_sync(0xffffffffu, a[j], src);
+#pragma unroll
+      for (int i = 0; i < kVals; ++i) {
+        less[i] += o < a[i];
+        less_eq[i] += o <= a[i];
+      }
+    }
+  float mine = 0.0f;
+  bool hit = false;
+#pragma unroll
+  for (int i = 0; i < kVals; ++i)
+    if (less[i] <= idx && idx < less_eq[i]) mine = a[i], hit = true;
+  const unsigned who = __ballot_sync(0xffffffffu, hit);
+  return __shfl_sync(0xffffffffu, mine, __ffs(int(who)) - 1);
+}
+
+// One warp quantizes one row (d = 32·kVals values, lane l holds dims kVals·l …) into the §1
+// layout at `out`. Shared memory `codes` holds the warp's d codes for packing.
+template <int kVals>
+__device__ void quantize_row_warp(float (&x)[kVals], float ratio, int bits, int group, uint8_t* codes,
+                                  uint8_t* out) {
+  constexpr int d = 32 * kVals;
+  const int lane = threadIdx.x % 32;
+  const float tau = clip_threshold(x, ratio, d);
+  float lo = INFINITY, hi = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kVals; ++i) {
+    x[i] = fminf(fmaxf(x[i], -tau), tau);  // std::clamp for finite x
+    lo = fminf(lo, x[i]);
+    hi = fmaxf(hi, x[i]);
+  }
+  // A group is group/kVals consecutive lanes: reduce within it.
+  for (int off = 1; off < group / kVals; off *= 2) {
+    lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, off));
+    hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, off));
+  }
+  // §3 (uniform_group_params): range floored at max(|lo|, |hi|)/256, fp16 scale rounded up,
+  // zero from the rounded scale rounded to nearest (0 − … gives +0, never −0).
+  const int levels = (1 << bits) - 1;
+  const float mag = fmaxf(fabsf(lo), fabsf(hi));
+  const float range = fmaxf(hi - lo, mag * (1.0f / 256.0f));
+  const float scale = fminf(fmaxf(range / float(levels), 0x1p-24f), 65504.0f);
+  const __half s16 = __float2half_ru(scale);
+  const float s = __half2float(s16);
+  const __half z16 = __float2half_rn(fminf(fmaxf(0.0f - lo / s, -65504.0f), 65504.0f));
+  const float z = __half2float(z16);
+#pragma unroll
+  for (int i = 0; i < kVals; ++i) {
+    const float t = x[i] / s + z + 0.5f;  // uniform_code
+    const int c = !(t >= 1.0f) ? 0 : t >= float(levels) ? levels : int(t);
+    codes[lane * kVals + i] = uint8_t(c);
+  }
+  __syncwarp();
+  // Byte j' of group g holds dims g·G + j' + s·P in bit fields s (P = G·bits/8 bytes).
+  const int per_byte = 8 / bits, part = group / per_byte, code_bytes = d * bits / 8;
+  for (int j = lane; j < code_bytes; j += 32) {
+    const int g = j / part, jj = j % part;
+    unsigned v = 0;
+    for (int f = 0; f < per_byte; ++f) v |= unsigned(codes[g * group + jj + f * part]) << (f * bits);
+    out[j] = uint8_t(v);
+  }
+  // The first lane of each group writes its (scale, zero).
+  if (lane % (group / kVals) == 0) {
+    const int g = lane * kVals / group;
+    const uint32_t pair = uint32_t(__half_as_ushort(s16)) | (uint32_t(__half_as_ushort(z16)) << 16);
+    uint8_t* dst = out + code_bytes + 4 * g;
+    dst[0] = uint8_t(pair);
+    dst[1] = uint8_t(pair >> 8);
+    dst[2] = uint8_t(pair >> 16);
+    dst[3] = uint8_t(pair >> 24);
+  }
+  __syncwarp();  // codes is reused by the next row
+}
+
+// grid (max_rows, n_kv_heads, B), 64 threads: warp 0 the K row, warp 1 the V row of token
+// hist_from[b] + blockIdx.x.
+template <int kDim>
+__global__ void __launch_bounds__(64) demote_kernel(const DemoteParams p) {
+  constexpr int kVals = kDim / 32;
+  __shared__ uint8_t s_codes[2][kDim];
+  const int kvh = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int t = p.hist_from[b] + int(blockIdx.x);
+  if (t >= p.hist_to[b]) return;
+  const bool key = warp == 0;
+  // The BF16 row as stored (a released fp page reads as zeros).
+  const int fp_page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + t / kPageTokens];
+  float x[kVals];
+  if (fp_page >= 0) {
+    const uint16_t* row = (key ? p.fp_k : p.fp_v) +
+                          ((int64_t(fp_page) * p.n_kv_heads + kvh) * kPageTokens + t % kPageTokens) * kDim;
+#pragma unroll
+    for (int i = 0; i < kVals; ++i) x[i] = __uint_as_float(uint32_t(row[lane * kVals + i]) << 16);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVals; ++i) x[i] = 0.0f;
+  }
+  const int r = t - p.sink;
+  const int hist_page = p.hist_blocks[int64_t(b) * p.hist_blocks_stride + r / kPageTokens];
+  if (hist_page < 0) return;  // nowhere to write: refused on the host side of a correct caller
+  const int row_bytes = kDim * p.bits / 8 + 4 * (kDim / p.group);
+  uint8_t* out = (key ? p.hist_k : p.hist_v) +
+                 (int64_t(hist_page) * p.n_kv_heads + kvh) * kPageTokens * row_bytes + (r % kPageTokens) * row_bytes;
+  quantize_row_warp(x, key ? p.k_clip : p.v_clip, p.bits, p.group, s_codes[warp], out);
+}
+
+[[noreturn]] void fail(const char* what, const std::string& detail) {
+  throw std::runtime_error(std::string(what) + ": " + detail);
+}
+
+void check_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) fail(what, std::string("launch: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+}  // namespace
+
+void write_fp_rows(const FpWriteParams& p, cudaStream_t stream) {
+  const char* what = "write_fp_rows";
+  if (p.batch < 0 || p.batch > 65535) fail(what, "batch " + std::to_string(p.batch) + " outside [0, 65535]");
+  if (p.head_dim != 64 && p.head_dim != 128) fail(what, "head_dim " + std::to_string(p.head_dim) + " not supported (64 or 128)");
+  if (p.n_kv_heads <= 0) fail(what, "n_kv_heads " + std::to_string(p.n_kv_heads) + " <= 0");
+  if (p.batch == 0) return;
+  if (!p.pos || !p.k || !p.v || !p.fp_k || !p.fp_v || !p.fp_blocks) fail(what, "a required pointer is null");
+  write_fp_rows_kernel<<<dim3(unsigned(p.n_kv_heads), unsigned(p.batch)), unsigned(p.head_dim), 0, stream>>>(p);
+  check_launch(what);
+}
+
+void demote_to_history(const DemoteParams& p, cudaStream_t stream) {
+  const char* what = "demote_to_history";
+  if (p.batch < 0 || p.batch > 65535) fail(what, "batch " + std::to_string(p.batch) + " outside [0, 65535]");
+  if (p.head_dim != 64 && p.head_dim != 128) fail(what, "head_dim " + std::to_string(p.head_dim) + " not supported (64 or 128)");
+  if (p.n_kv_heads <= 0) fail(what, "n_kv_heads " + std::to_string(p.n_kv_heads) + " <= 0");
+  if (p.bits != 2 && p.bits != 4 && p.bits != 8) fail(what, "bits " + std::to_string(p.bits) + " not supported (2, 4, 8)");
+  if ((p.group != 32 && p.group != 64 && p.group != 128) || p.group > p.head_dim)
+    fail(what, "group size " + std::to_string(p.group) + " not supported (32, 64 or 128, at most head_dim)");
+  if (!(p.k_clip >= 0.0f && p.k_clip <= 1.0f) || !(p.v_clip >= 0.0f && p.v_clip <= 1.0f))
+    fail(what, "clip ratios must lie in [0, 1]");
+  if (p.sink < 0) fail(what, "sink " + std::to_string(p.sink) + " < 0");
+  if (p.max_rows < 0 || p.max_rows > 65535) fail(what, "max_rows " + std::to_string(p.max_rows) + " outside [0, 65535]");
+  if (p.batch == 0 || p.max_rows == 0) return;
+  if (!p.hist_from || !p.hist_to || !p.fp_k || !p.fp_v || !p.fp_blocks || !p.hist_k || !p.hist_v || !p.hist_blocks)
+    fail(what, "a required pointer is null");
+  const dim3 grid(unsigned(p.max_rows), unsigned(p.n_kv_heads), unsigned(p.batch));
+  if (p.head_dim == 64)
+    demote_kernel<64><<<grid, 64, 0, stream>>>(p);
+  else
+    demote_kernel<128><<<grid, 64, 0, stream>>>(p);
+  check_launch(what);
+}
+
+}  // namespace oscar::cuda
