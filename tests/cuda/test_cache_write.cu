@@ -4,6 +4,7 @@
 // §1–§3 with the §2 clip) makes of the same BF16 row, and no other byte may change (pools
 // start poisoned).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <numeric>
@@ -36,48 +37,87 @@ std::vector<int32_t> shuffled_ids(int n, std::mt19937& rng) {
   return ids;
 }
 
-// New rows at positions pos[b] of B sequences; every other row of the pools must stay poison.
-void run_write_fp(int d, int n_kv, const std::vector<int>& pos, uint32_t seed) {
+// n_tokens new rows from positions pos[b] of B sequences, rotated by random orthogonal-ish
+// matrices when `rotate`; every other row of the pools must stay poison. Unrotated rows are
+// exact (BF16 round to nearest even); rotated ones within one BF16 step of the f64 x·R
+// (f32 sums may round the other way at a tie).
+// self_check: the host expects the unrotated rows of a rotated write, which must be caught.
+void run_write_fp(int d, int n_kv, const std::vector<int>& pos, int n_tokens, bool rotate, uint32_t seed,
+                  bool self_check = false) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 3.0f);
   const int B = int(pos.size());
-  const int stride = *std::max_element(pos.begin(), pos.end()) / kPage + 2;
+  const int stride = (*std::max_element(pos.begin(), pos.end()) + n_tokens) / kPage + 2;
   const int n_pages = B * stride + 2;
   const std::vector<int32_t> ids = shuffled_ids(n_pages, rng);
   std::vector<int32_t> table(size_t(B) * stride, -1);
-  for (int b = 0; b < B; ++b) table[size_t(b) * stride + size_t(pos[size_t(b)] / kPage)] = ids[size_t(b)];
-  std::vector<float> k(size_t(B) * n_kv * d), v(k.size());
+  int next = 0;
+  for (int b = 0; b < B; ++b)
+    for (int pg = pos[size_t(b)] / kPage; pg <= (pos[size_t(b)] + n_tokens - 1) / kPage; ++pg)
+      table[size_t(b) * stride + size_t(pg)] = ids[size_t(next++)];
+  std::vector<float> k(size_t(B) * n_tokens * n_kv * d), v(k.size());
   for (size_t i = 0; i < k.size(); ++i) k[i] = normal(rng), v[i] = normal(rng);
   k[0] = 1.0f + 0x1p-8f;  // a tie: rounds to even
+  std::vector<float> rk(size_t(d) * d), rv(rk.size());
+  for (size_t i = 0; i < rk.size(); ++i) rk[i] = normal(rng) / std::sqrt(float(d)), rv[i] = normal(rng) / std::sqrt(float(d));
   const size_t pool = size_t(n_pages) * n_kv * kPage * d;
   const std::vector<uint16_t> poison(pool, kBf16Poison);
   DeviceBuffer dk = DeviceBuffer::from(k), dv = DeviceBuffer::from(v), dpos = DeviceBuffer::from(pos),
-               dtab = DeviceBuffer::from(table), fk = DeviceBuffer::from(poison), fv = DeviceBuffer::from(poison);
+               dtab = DeviceBuffer::from(table), fk = DeviceBuffer::from(poison), fv = DeviceBuffer::from(poison),
+               drk = DeviceBuffer::from(rk), drv = DeviceBuffer::from(rv);
   oscar::cuda::FpWriteParams p;
   p.batch = B;
+  p.n_tokens = n_tokens;
   p.n_kv_heads = n_kv;
   p.head_dim = d;
   p.pos = dpos.as<int32_t>();
   p.k = dk.as<float>();
   p.v = dv.as<float>();
+  if (rotate) {
+    p.rot_k = drk.as<float>();
+    p.rot_v = drv.as<float>();
+  }
   p.fp_k = fk.as<uint16_t>();
   p.fp_v = fv.as<uint16_t>();
   p.fp_blocks = dtab.as<int32_t>();
   p.fp_blocks_stride = stride;
   oscar::cuda::write_fp_rows(p);
   CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<uint16_t> want_k = poison, want_v = poison;
+  const std::vector<uint16_t> got_k = download<uint16_t>(fk, pool), got_v = download<uint16_t>(fv, pool);
+  std::vector<bool> written(pool, false);
+  long bad = 0;
   for (int b = 0; b < B; ++b)
-    for (int h = 0; h < n_kv; ++h)
-      for (int x = 0; x < d; ++x) {
-        const size_t src = (size_t(b) * n_kv + h) * d + x;
-        const size_t dst = ((size_t(ids[size_t(b)]) * n_kv + h) * kPage + pos[size_t(b)] % kPage) * d + x;
-        want_k[dst] = f32_to_bf16(k[src]);
-        want_v[dst] = f32_to_bf16(v[src]);
+    for (int i = 0; i < n_tokens; ++i)
+      for (int h = 0; h < n_kv; ++h) {
+        const int t = pos[size_t(b)] + i;
+        const size_t src = ((size_t(b) * n_tokens + i) * n_kv + h) * d;
+        const size_t dst = ((size_t(table[size_t(b) * stride + size_t(t / kPage)]) * n_kv + h) * kPage + t % kPage) * d;
+        for (int x = 0; x < d; ++x) {
+          written[dst + size_t(x)] = true;
+          for (int kv = 0; kv < 2; ++kv) {
+            const std::vector<float>& in = kv == 0 ? k : v;
+            const uint16_t got = (kv == 0 ? got_k : got_v)[dst + size_t(x)];
+            if (!rotate || self_check) {
+              bad += got != f32_to_bf16(in[src + size_t(x)]);
+              continue;
+            }
+            const std::vector<float>& R = kv == 0 ? rk : rv;
+            double ref = 0.0;
+            for (int j = 0; j < d; ++j) ref += double(in[src + size_t(j)]) * double(R[size_t(j) * d + size_t(x)]);
+            bad += !(std::fabs(double(bf16_to_f32(got)) - ref) <= std::fabs(ref) * 0x1p-8 + 1e-6);
+          }
+        }
       }
-  const bool ok = download<uint16_t>(fk, pool) == want_k && download<uint16_t>(fv, pool) == want_v;
-  report(ok, "write_fp_rows d" + std::to_string(d) + " kv" + std::to_string(n_kv) + " B" + std::to_string(B) +
-                 ": every byte of both pools as expected");
+  for (size_t i = 0; i < pool; ++i)
+    if (!written[i]) bad += (got_k[i] != kBf16Poison) + (got_v[i] != kBf16Poison);
+  if (self_check) {
+    report(bad > 0, "write_fp_rows self-check: unrotated expectations of a rotated write are caught (" +
+                        std::to_string(bad) + " values)");
+    return;
+  }
+  report(bad == 0, "write_fp_rows d" + std::to_string(d) + " kv" + std::to_string(n_kv) + " B" + std::to_string(B) +
+                       " tokens " + std::to_string(n_tokens) + (rotate ? " rotated" : "") + ": " +
+                       std::to_string(bad) + " values wrong or stray");
 }
 
 struct DemoteCase {
@@ -221,8 +261,12 @@ void run_param_checks() {
 namespace oscar_cuda_test {
 
 void run_cache_write_tests(uint32_t seed) {
-  run_write_fp(128, 8, {0, 17, 4095, 300}, seed);
-  run_write_fp(64, 3, {5}, seed + 1);
+  run_write_fp(128, 8, {0, 17, 4095, 300}, 1, false, seed);
+  run_write_fp(64, 3, {5}, 1, false, seed + 1);
+  run_write_fp(128, 2, {0, 250}, 70, false, seed + 2);  // prefill runs across pages
+  run_write_fp(128, 2, {3, 31}, 5, true, seed + 3);
+  run_write_fp(64, 4, {100}, 1, true, seed + 4);
+  run_write_fp(64, 4, {100}, 1, true, seed + 4, true);
   // bits, d, G, n_kv, S, k_clip, v_clip, from, to (ranges start anywhere at or after S, and
   // cross pages), special rows.
   const std::vector<DemoteCase> cases = {

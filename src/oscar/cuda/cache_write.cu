@@ -15,16 +15,32 @@ namespace {
 
 constexpr int kPageTokens = 16;  // fp and history pages (docs/kv-layout.md §8)
 
-// grid (n_kv_heads, B), d threads: row t_b of sequence b, K and V.
+// Element x of row·R (R row-major [d, d]), the row staged in shared memory; f32 sums.
+__device__ float rotated(const float* row, const float* R, int d, int x) {
+  float acc = 0.0f;
+  for (int i = 0; i < d; ++i) acc = fmaf(row[i], R[int64_t(i) * d + x], acc);
+  return acc;
+}
+
+// grid (n_kv_heads, n_tokens, B), d threads: token t_b + blockIdx.y of sequence b, K and V.
 __global__ void write_fp_rows_kernel(const FpWriteParams p) {
-  const int kvh = blockIdx.x, b = blockIdx.y, x = threadIdx.x;
-  const int t = p.pos[b];
+  __shared__ float s_row[2][128];
+  const int kvh = blockIdx.x, i = blockIdx.y, b = blockIdx.z, x = threadIdx.x, d = p.head_dim;
+  const int t = p.pos[b] + i;
   const int page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + t / kPageTokens];
+  const int64_t src = ((int64_t(b) * p.n_tokens + i) * p.n_kv_heads + kvh) * d + x;
+  float k = p.k[src], v = p.v[src];
+  if (p.rot_k || p.rot_v) {
+    s_row[0][x] = k;
+    s_row[1][x] = v;
+    __syncthreads();
+    if (p.rot_k) k = rotated(s_row[0], p.rot_k, d, x);
+    if (p.rot_v) v = rotated(s_row[1], p.rot_v, d, x);
+  }
   if (page < 0) return;  // a released page: refused on the host side of a correct caller
-  const int64_t src = (int64_t(b) * p.n_kv_heads + kvh) * p.head_dim + x;
-  const int64_t dst = ((int64_t(page) * p.n_kv_heads + kvh) * kPageTokens + t % kPageTokens) * p.head_dim + x;
-  p.fp_k[dst] = __bfloat16_as_ushort(__float2bfloat16_rn(p.k[src]));
-  p.fp_v[dst] = __bfloat16_as_ushort(__float2bfloat16_rn(p.v[src]));
+  const int64_t dst = ((int64_t(page) * p.n_kv_heads + kvh) * kPageTokens + t % kPageTokens) * d + x;
+  p.fp_k[dst] = __bfloat16_as_ushort(__float2bfloat16_rn(k));
+  p.fp_v[dst] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
 // §2: the clip threshold τ = sort(|x|)[i], i = min(⌊ratio·d⌋, d − 1), over the warp's row
@@ -166,9 +182,11 @@ void write_fp_rows(const FpWriteParams& p, cudaStream_t stream) {
   if (p.batch < 0 || p.batch > 65535) fail(what, "batch " + std::to_string(p.batch) + " outside [0, 65535]");
   if (p.head_dim != 64 && p.head_dim != 128) fail(what, "head_dim " + std::to_string(p.head_dim) + " not supported (64 or 128)");
   if (p.n_kv_heads <= 0) fail(what, "n_kv_heads " + std::to_string(p.n_kv_heads) + " <= 0");
-  if (p.batch == 0) return;
+  if (p.n_tokens < 0 || p.n_tokens > 65535) fail(what, "n_tokens " + std::to_string(p.n_tokens) + " outside [0, 65535]");
+  if (p.batch == 0 || p.n_tokens == 0) return;
   if (!p.pos || !p.k || !p.v || !p.fp_k || !p.fp_v || !p.fp_blocks) fail(what, "a required pointer is null");
-  write_fp_rows_kernel<<<dim3(unsigned(p.n_kv_heads), unsigned(p.batch)), unsigned(p.head_dim), 0, stream>>>(p);
+  const dim3 grid(unsigned(p.n_kv_heads), unsigned(p.n_tokens), unsigned(p.batch));
+  write_fp_rows_kernel<<<grid, unsigned(p.head_dim), 0, stream>>>(p);
   check_launch(what);
 }
 

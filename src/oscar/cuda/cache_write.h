@@ -1,7 +1,7 @@
 // Writing the mixed KV cache on the GPU (docs/kv-layout.md §1–§3, §8), in the same bytes the
 // CPU cache and decode_attention use:
-//   - write_fp_rows: the step's new K and V rows (f32, already rotated) as BF16 into their fp
-//     pages (sink and recent window);
+//   - write_fp_rows: new K and V rows (f32; rotated here by R_K / R_V when given, x·R) as
+//     BF16 into their fp pages — one token per sequence in decode, a run of them in prefill;
 //   - demote_to_history: the rows that leave the recent window, read back from their fp
 //     pages, clipped at the row's |x| quantile (§2), quantized per group with fp16 scale and
 //     zero (§3, scale rounded up, codes from the rounded pair) and packed in the parts
@@ -18,12 +18,15 @@
 namespace oscar::cuda {
 
 struct FpWriteParams {
-  int batch = 0;       // B sequences, one new token each
+  int batch = 0;       // B sequences
+  int n_tokens = 1;    // new tokens per sequence: t_b … t_b + n_tokens − 1
   int n_kv_heads = 0;
   int head_dim = 0;    // d: 64 or 128
-  const int32_t* pos = nullptr;  // [B] token index t_b of the new row (its fp page must exist)
-  const float* k = nullptr;      // [B, n_kv_heads, d]
+  const int32_t* pos = nullptr;  // [B] t_b, the first new token (its fp pages must exist)
+  const float* k = nullptr;      // [B, n_tokens, n_kv_heads, d]
   const float* v = nullptr;
+  const float* rot_k = nullptr;  // [d, d] row-major R_K: rows are written as x·R; null = as given
+  const float* rot_v = nullptr;  // R_V (null when absorbed into the projections)
   uint16_t* fp_k = nullptr;      // [n_fp_blocks, n_kv_heads, 16, d] BF16 bits
   uint16_t* fp_v = nullptr;
   const int32_t* fp_blocks = nullptr;  // [B, fp_blocks_stride]: page of token t at [b][t / 16]
