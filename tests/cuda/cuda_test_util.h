@@ -159,5 +159,6 @@ struct DeviceBuffer {
 // The suites (main.cu runs them when a GPU is present).
 void run_decode_attention_tests(uint32_t seed, int n_sm);
 void run_cache_write_tests(uint32_t seed);
+void run_elementwise_tests(uint32_t seed);
 
 }  // namespace oscar_cuda_test

@@ -28,6 +28,7 @@ int main() {
   std::printf("device: %s (%d SMs), seed %u (OSCAR_TEST_SEED)\n", prop.name, prop.multiProcessorCount, seed);
   run_decode_attention_tests(seed, prop.multiProcessorCount);
   run_cache_write_tests(seed + 5000u);
+  run_elementwise_tests(seed + 6000u);
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
 }
