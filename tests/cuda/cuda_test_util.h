@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -155,6 +156,25 @@ struct DeviceBuffer {
     return static_cast<T*>(ptr);
   }
 };
+
+template <class T>
+std::vector<T> download(const DeviceBuffer& d, size_t n) {
+  std::vector<T> v(n);
+  if (n) CHECK_CUDA(cudaMemcpy(v.data(), d.ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+// The message of the std::runtime_error `call` throws ("" when it throws none): the
+// parameter checks must refuse bad input before launching anything.
+template <class Call>
+std::string error_of(Call&& call) {
+  try {
+    call();
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // The suites (main.cu runs them when a GPU is present).
 void run_decode_attention_tests(uint32_t seed, int n_sm);

@@ -23,13 +23,6 @@ constexpr int kPage = 16;
 constexpr uint16_t kBf16Poison = 0x7fc0;
 constexpr uint8_t kQuantPoison = 0x7e;
 
-template <class T>
-std::vector<T> download(const DeviceBuffer& d, size_t n) {
-  std::vector<T> v(n);
-  CHECK_CUDA(cudaMemcpy(v.data(), d.ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return v;
-}
-
 std::vector<int32_t> shuffled_ids(int n, std::mt19937& rng) {
   std::vector<int32_t> ids(static_cast<size_t>(n));
   std::iota(ids.begin(), ids.end(), 0);
@@ -247,12 +240,7 @@ void run_param_checks() {
   p.n_kv_heads = 1;
   p.head_dim = 128;
   p.bits = 3;
-  std::string msg;
-  try {
-    oscar::cuda::demote_to_history(p);
-  } catch (const std::runtime_error& e) {
-    msg = e.what();
-  }
+  const std::string msg = error_of([&] { oscar::cuda::demote_to_history(p); });
   report(msg.find("bits 3") != std::string::npos, "invalid bits refused: \"" + msg + "\"");
 }
 

@@ -275,9 +275,7 @@ std::vector<float> run_gpu(const HostCache& h, const std::vector<int>& lens) {
   oscar::cuda::decode_attention(p);
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> result(h.q.size());
-  CHECK_CUDA(cudaMemcpy(result.data(), out.ptr, result.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  return result;
+  return download<float>(out, h.q.size());
 }
 
 // Tolerances against f64 over the same dequantized rows: |gpu − ref| ≤ atol + rtol·|ref| +
@@ -398,12 +396,7 @@ void run_param_checks() {
   p.n_kv_heads = 2;
   p.head_dim = 96;
   p.chunk_keys = 256;
-  std::string msg;
-  try {
-    oscar::cuda::decode_attention(p);
-  } catch (const std::runtime_error& e) {
-    msg = e.what();
-  }
+  const std::string msg = error_of([&] { oscar::cuda::decode_attention(p); });
   report(msg.find("head_dim 96") != std::string::npos, "invalid head_dim refused: \"" + msg + "\"");
 }
 

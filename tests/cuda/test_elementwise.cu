@@ -16,13 +16,6 @@ namespace {
 
 using namespace oscar_cuda_test;
 
-template <class T>
-std::vector<T> download(const DeviceBuffer& d, size_t n) {
-  std::vector<T> v(n);
-  if (n) CHECK_CUDA(cudaMemcpy(v.data(), d.ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return v;
-}
-
 std::vector<float> random_vec(size_t n, std::mt19937& rng, float sd = 1.0f) {
   std::normal_distribution<float> normal(0.0f, sd);
   std::vector<float> v(n);
@@ -153,12 +146,7 @@ void test_argmax(uint32_t seed) {
 }
 
 void test_param_checks() {
-  std::string msg;
-  try {
-    oscar::cuda::rope(nullptr, nullptr, nullptr, 1.0, false, 1, 2, 63);
-  } catch (const std::runtime_error& e) {
-    msg = e.what();
-  }
+  const std::string msg = error_of([] { oscar::cuda::rope(nullptr, nullptr, nullptr, 1.0, false, 1, 2, 63); });
   report(msg.find("head_dim 63") != std::string::npos, "odd head_dim refused: \"" + msg + "\"");
 }
 

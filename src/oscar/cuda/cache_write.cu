@@ -7,8 +7,9 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
-#include <stdexcept>
 #include <string>
+
+#include "oscar/cuda/host_checks.h"
 
 namespace oscar::cuda {
 namespace {
@@ -166,22 +167,21 @@ __global__ void __launch_bounds__(64) demote_kernel(const DemoteParams p) {
   quantize_row_warp(x, key ? p.k_clip : p.v_clip, p.bits, p.group, s_codes[warp], out);
 }
 
-[[noreturn]] void fail(const char* what, const std::string& detail) {
-  throw std::runtime_error(std::string(what) + ": " + detail);
-}
+using detail::check_launch;
+using detail::fail;
 
-void check_launch(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) fail(what, std::string("launch: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+// The row shape both entry points share.
+void check_rows(const char* what, int batch, int n_kv_heads, int head_dim) {
+  if (batch < 0 || batch > 65535) fail(what, "batch " + std::to_string(batch) + " outside [0, 65535]");
+  if (head_dim != 64 && head_dim != 128) fail(what, "head_dim " + std::to_string(head_dim) + " not supported (64 or 128)");
+  if (n_kv_heads <= 0) fail(what, "n_kv_heads " + std::to_string(n_kv_heads) + " <= 0");
 }
 
 }  // namespace
 
 void write_fp_rows(const FpWriteParams& p, cudaStream_t stream) {
   const char* what = "write_fp_rows";
-  if (p.batch < 0 || p.batch > 65535) fail(what, "batch " + std::to_string(p.batch) + " outside [0, 65535]");
-  if (p.head_dim != 64 && p.head_dim != 128) fail(what, "head_dim " + std::to_string(p.head_dim) + " not supported (64 or 128)");
-  if (p.n_kv_heads <= 0) fail(what, "n_kv_heads " + std::to_string(p.n_kv_heads) + " <= 0");
+  check_rows(what, p.batch, p.n_kv_heads, p.head_dim);
   if (p.n_tokens < 0 || p.n_tokens > 65535) fail(what, "n_tokens " + std::to_string(p.n_tokens) + " outside [0, 65535]");
   if (p.batch == 0 || p.n_tokens == 0) return;
   if (!p.pos || !p.k || !p.v || !p.fp_k || !p.fp_v || !p.fp_blocks) fail(what, "a required pointer is null");
@@ -192,9 +192,7 @@ void write_fp_rows(const FpWriteParams& p, cudaStream_t stream) {
 
 void demote_to_history(const DemoteParams& p, cudaStream_t stream) {
   const char* what = "demote_to_history";
-  if (p.batch < 0 || p.batch > 65535) fail(what, "batch " + std::to_string(p.batch) + " outside [0, 65535]");
-  if (p.head_dim != 64 && p.head_dim != 128) fail(what, "head_dim " + std::to_string(p.head_dim) + " not supported (64 or 128)");
-  if (p.n_kv_heads <= 0) fail(what, "n_kv_heads " + std::to_string(p.n_kv_heads) + " <= 0");
+  check_rows(what, p.batch, p.n_kv_heads, p.head_dim);
   if (p.bits != 2 && p.bits != 4 && p.bits != 8) fail(what, "bits " + std::to_string(p.bits) + " not supported (2, 4, 8)");
   if ((p.group != 32 && p.group != 64 && p.group != 128) || p.group > p.head_dim)
     fail(what, "group size " + std::to_string(p.group) + " not supported (32, 64 or 128, at most head_dim)");

@@ -4,20 +4,17 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
-#include <stdexcept>
 #include <string>
+
+#include "oscar/cuda/host_checks.h"
 
 namespace oscar::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 
-[[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
-
-void check_launch(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) fail(std::string(what) + ": launch: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
+using detail::check_launch;
+using detail::fail;
 
 unsigned blocks_for(int64_t n) {
   const int64_t b = (n + kThreads - 1) / kThreads;
@@ -117,7 +114,7 @@ __global__ void argmax_kernel(const float* logits, int64_t n, int32_t* ids) {
 }  // namespace
 
 void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int n, float eps, cudaStream_t stream) {
-  if (rows < 0 || rows > INT32_MAX || n <= 0) fail("rmsnorm: rows " + std::to_string(rows) + ", n " + std::to_string(n) + " out of range");
+  if (rows < 0 || rows > INT32_MAX || n <= 0) fail("rmsnorm", "rows " + std::to_string(rows) + ", n " + std::to_string(n) + " out of range");
   if (rows == 0) return;
   rmsnorm_kernel<<<unsigned(rows), kThreads, 0, stream>>>(x, w, y, n, eps);
   check_launch("rmsnorm");
@@ -126,7 +123,7 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int n, floa
 void rope(float* x, const int32_t* pos, const double* inv_freq, double position_scale, bool interleaved,
           int64_t n_tokens, int n_heads, int head_dim, cudaStream_t stream) {
   if (n_tokens < 0 || n_tokens > INT32_MAX || n_heads <= 0 || head_dim <= 0 || head_dim % 2 != 0)
-    fail("rope: n_tokens " + std::to_string(n_tokens) + ", n_heads " + std::to_string(n_heads) + ", head_dim " +
+    fail("rope", "n_tokens " + std::to_string(n_tokens) + ", n_heads " + std::to_string(n_heads) + ", head_dim " +
          std::to_string(head_dim) + " out of range (head_dim even)");
   if (n_tokens == 0) return;
   rope_kernel<<<unsigned(n_tokens), kThreads, 0, stream>>>(x, pos, inv_freq, position_scale, interleaved, n_heads,
@@ -135,14 +132,14 @@ void rope(float* x, const int32_t* pos, const double* inv_freq, double position_
 }
 
 void swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream) {
-  if (n < 0) fail("swiglu: n " + std::to_string(n) + " < 0");
+  if (n < 0) fail("swiglu", "n " + std::to_string(n) + " < 0");
   if (n == 0) return;
   swiglu_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, n);
   check_launch("swiglu");
 }
 
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream) {
-  if (n < 0) fail("add_inplace: n " + std::to_string(n) + " < 0");
+  if (n < 0) fail("add_inplace", "n " + std::to_string(n) + " < 0");
   if (n == 0) return;
   add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, x, n);
   check_launch("add_inplace");
@@ -151,7 +148,7 @@ void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream) {
 void embed_bf16(const uint16_t* table, int64_t vocab, int dim, const int32_t* ids, int64_t n_tokens, float* out,
                 int32_t* bad_id, cudaStream_t stream) {
   if (vocab <= 0 || dim <= 0 || n_tokens < 0 || n_tokens > INT32_MAX)
-    fail("embed_bf16: vocab " + std::to_string(vocab) + ", dim " + std::to_string(dim) + ", n_tokens " +
+    fail("embed_bf16", "vocab " + std::to_string(vocab) + ", dim " + std::to_string(dim) + ", n_tokens " +
          std::to_string(n_tokens) + " out of range");
   if (n_tokens == 0) return;
   embed_kernel<<<unsigned(n_tokens), kThreads, 0, stream>>>(table, vocab, dim, ids, out, bad_id);
@@ -160,7 +157,7 @@ void embed_bf16(const uint16_t* table, int64_t vocab, int dim, const int32_t* id
 
 void argmax_rows(const float* logits, int64_t rows, int64_t n, int32_t* ids, cudaStream_t stream) {
   if (rows < 0 || rows > INT32_MAX || n <= 0 || n > INT32_MAX)
-    fail("argmax_rows: rows " + std::to_string(rows) + ", n " + std::to_string(n) + " out of range");
+    fail("argmax_rows", "rows " + std::to_string(rows) + ", n " + std::to_string(n) + " out of range");
   if (rows == 0) return;
   argmax_kernel<<<unsigned(rows), kThreads, 0, stream>>>(logits, n, ids);
   check_launch("argmax_rows");
