@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "device_generate.h"
 #include "oscar/core/error.h"
 
 namespace oscar::cli {
@@ -25,6 +26,7 @@ struct RunOptions {
 };
 
 int run(RunOptions o) {
+  check_device(o.model.device);
   if (!o.prompt_file.empty()) o.prompt = read_text_file(o.prompt_file, "prompt file ") + o.prompt;
   if (o.prompt.empty()) fail("give a prompt with -p or -f");
   LoadedModel m = load_model(o.model);
@@ -40,7 +42,9 @@ int run(RunOptions o) {
   if (prompt.empty()) fail("the prompt is empty");
   const int n_ctx = std::min(o.model.ctx, m.transformer->config().n_ctx_train > 0 ? m.transformer->config().n_ctx_train : o.model.ctx);
   if (int64_t(prompt.size()) >= n_ctx) fail("prompt has {} tokens, more than the context size {} (-c)", prompt.size(), n_ctx);
-  KvCache cache = m.transformer->make_cache(std::min<int64_t>(n_ctx, int64_t(prompt.size()) + o.n_predict));
+  const int64_t capacity = std::min<int64_t>(n_ctx, int64_t(prompt.size()) + o.n_predict);
+  const bool on_gpu = o.model.device == "cuda";
+  KvCache cache = m.transformer->make_cache(on_gpu ? 1 : capacity);
   const SeqId seq = cache.add_sequence();
   Sampler sampler(o.sampler);
 
@@ -48,16 +52,18 @@ int run(RunOptions o) {
   if (o.chat || o.no_display_prompt) fmt::print(stderr, "prompt: {} tokens\n", prompt.size());
   std::fflush(stdout);
   Utf8Stream out;
-  const GenerationStats st = generate(m, cache, seq, prompt, o.n_predict, sampler, [&](int32_t id) {
+  auto print_token = [&](int32_t id) {
     fmt::print("{}", out.push(m.tokenizer->token_to_piece(id)));
     std::fflush(stdout);
     return true;
-  });
+  };
+  const GenerationStats st = on_gpu ? generate_on_device(m, capacity, prompt, o.n_predict, sampler, print_token)
+                                    : generate(m, cache, seq, prompt, o.n_predict, sampler, print_token);
   fmt::print("{}\n", out.flush());
   fmt::print(stderr, "\nprompt: {} tokens in {:.2f} s ({:.1f} tokens/s); generation: {} tokens in {:.2f} s ({:.1f} tokens/s)\n",
              st.n_prompt, st.prompt_seconds, double(st.n_prompt) / std::max(st.prompt_seconds, 1e-9), st.n_generated,
              st.generate_seconds, double(st.n_generated) / std::max(st.generate_seconds, 1e-9));
-  print_kv_memory(cache, seq);
+  if (!on_gpu) print_kv_memory(cache, seq);
   return 0;
 }
 }  // namespace
@@ -73,6 +79,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--chat", o->chat, "wrap the prompt in the model's chat template as a user message");
   cmd->add_option("--system", o->system, "system message (with --chat)");
   cmd->add_flag("--no-display-prompt", o->no_display_prompt, "do not echo the prompt");
+  cmd->add_option("--device", o->model.device, "where the model runs: cpu, or cuda (the GPU backend)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->callback([o] { run(*o); });
 }
 

@@ -2,7 +2,8 @@
 # On a GPU machine, from the repo root: build the CUDA backend standalone (Release, into
 # build-cuda/), run its tests (a GPU is required), compute-sanitizer memcheck on them, then
 # the decode-attention benchmark, writing ${OUT:-.}/decode_attention_<date>.json, and the
-# PyTorch SDPA baseline on the same shapes (${OUT:-.}/sdpa_baseline_<date>.json).
+# PyTorch SDPA baseline on the same shapes (${OUT:-.}/sdpa_baseline_<date>.json), then the
+# end-to-end decode benchmark (DeviceModel at the Qwen3-8B shape, ${OUT:-.}/cuda_e2e_decode.json).
 # A failed build or test stops the script (set -e); the sanitizer's verdict is recorded
 # and printed but does not stop the benchmark.
 set -euo pipefail
@@ -27,6 +28,10 @@ commit="${OSCAR_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv || true
 
 echo "== tests"
+# GPU-vs-CPU fixtures: written on the CPU by test_cuda_engine (build/cuda_fixtures), copied to
+# .fixtures/ and carried here; without them that suite skips.
+fixtures="${OSCAR_CUDA_FIXTURE_DIR:-.fixtures}"
+if [ -d "$fixtures" ]; then export OSCAR_CUDA_FIXTURE_DIR="$fixtures"; else echo "no GPU-vs-CPU fixtures in $fixtures"; fi
 OSCAR_REQUIRE_GPU=1 "$build_dir/oscar_cuda_tests"
 echo "tests: PASS"
 
@@ -54,10 +59,16 @@ if python3 -c 'import torch' >/dev/null 2>&1; then
   if python3 bench/cuda/sdpa_baseline.py --json "$sdpa_json" --commit "$commit"; then sdpa="OK ($sdpa_json)"; else sdpa="FAIL (exit $?)"; fi
 fi
 
+echo "== end-to-end decode (DeviceModel, Qwen3-8B shape, random weights)"
+e2e_json="$out_dir/cuda_e2e_decode.json"
+e2e_rc=0
+"$build_dir/bench_e2e_decode" --json "$e2e_json" --commit "$commit" || e2e_rc=$?
+
 echo "== summary"
 echo "commit:   $commit"
 echo "tests:    PASS"
 echo "memcheck: $sanitizer"
 echo "bench:    $([ "$bench_rc" -eq 0 ] && echo "OK ($json)" || echo "FAIL (exit $bench_rc)")"
 echo "sdpa:     $sdpa"
-[ "$bench_rc" -eq 0 ]
+echo "e2e:      $([ "$e2e_rc" -eq 0 ] && echo "OK ($e2e_json)" || echo "FAIL (exit $e2e_rc)")"
+[ "$bench_rc" -eq 0 ] && [ "$e2e_rc" -eq 0 ]

@@ -19,6 +19,7 @@ constexpr int kPageTokens = 16;  // fp and history pages (docs/kv-layout.md §8)
 // Element x of row·R (R row-major [d, d]), the row staged in shared memory; f32 sums.
 __device__ float rotated(const float* row, const float* R, int d, int x) {
   float acc = 0.0f;
+#pragma unroll 16  // the loads of R are independent: keep many in flight
   for (int i = 0; i < d; ++i) acc = fmaf(row[i], R[int64_t(i) * d + x], acc);
   return acc;
 }

@@ -31,17 +31,30 @@ __device__ double block_sum(double v, double* red) {
   return s;
 }
 
-// One CTA per row.
-__global__ void rmsnorm_kernel(const float* x, const float* w, float* y, int n, float eps) {
-  __shared__ double red[kThreads / 32];
+__device__ uint16_t bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+
+// One CTA per row, about 4 values per thread (up to 1024 threads) so that a row's loads are
+// in flight together; y16 (optional) also gets the row as BF16 for a matrix product.
+__global__ void rmsnorm_kernel(const float* x, const float* w, float* y, uint16_t* y16, int n, float eps) {
+  __shared__ double red[32];
   const int64_t r = blockIdx.x;
   const float* xr = x + r * n;
-  float* yr = y + r * n;
   double ss = 0.0;
+#pragma unroll 4
   for (int i = threadIdx.x; i < n; i += blockDim.x) ss += double(xr[i]) * double(xr[i]);
   ss = block_sum(ss, red);
   const float inv = float(1.0 / sqrt(ss / double(n) + double(eps)));
-  for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
+#pragma unroll 4
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = xr[i] * inv * w[i];
+    y[r * n + i] = v;
+    if (y16) y16[r * n + i] = bf16_bits(v);
+  }
+}
+
+unsigned rmsnorm_threads(int n) {
+  const int t = (n / 4 + 31) / 32 * 32;
+  return unsigned(t < 32 ? 32 : t > 1024 ? 1024 : t);
 }
 
 // grid (n_tokens), threads over (head, pair).
@@ -63,10 +76,12 @@ __global__ void rope_kernel(float* x, const int32_t* pos, const double* inv_freq
   }
 }
 
-__global__ void swiglu_kernel(float* gate, const float* up, int64_t n) {
+__global__ void swiglu_kernel(float* gate, const float* up, uint16_t* out16, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float g = gate[i];
-    gate[i] = g / (1.0f + expf(-g)) * up[i];
+    const float v = g / (1.0f + expf(-g)) * up[i];
+    gate[i] = v;
+    if (out16) out16[i] = bf16_bits(v);
   }
 }
 
@@ -113,10 +128,11 @@ __global__ void argmax_kernel(const float* logits, int64_t n, int32_t* ids) {
 
 }  // namespace
 
-void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int n, float eps, cudaStream_t stream) {
+void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int n, float eps, cudaStream_t stream,
+             uint16_t* y_bf16) {
   if (rows < 0 || rows > INT32_MAX || n <= 0) fail("rmsnorm", "rows " + std::to_string(rows) + ", n " + std::to_string(n) + " out of range");
   if (rows == 0) return;
-  rmsnorm_kernel<<<unsigned(rows), kThreads, 0, stream>>>(x, w, y, n, eps);
+  rmsnorm_kernel<<<unsigned(rows), rmsnorm_threads(n), 0, stream>>>(x, w, y, y_bf16, n, eps);
   check_launch("rmsnorm");
 }
 
@@ -131,10 +147,10 @@ void rope(float* x, const int32_t* pos, const double* inv_freq, double position_
   check_launch("rope");
 }
 
-void swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream) {
+void swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream, uint16_t* out_bf16) {
   if (n < 0) fail("swiglu", "n " + std::to_string(n) + " < 0");
   if (n == 0) return;
-  swiglu_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, n);
+  swiglu_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, out_bf16, n);
   check_launch("swiglu");
 }
 

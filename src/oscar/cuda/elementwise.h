@@ -13,8 +13,10 @@
 namespace oscar::cuda {
 
 // y[r] = x[r] / sqrt(mean(x[r]²) + eps) · w, rows of n (x and y may alias); the mean of
-// squares is summed in double, as on the CPU.
-void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int n, float eps, cudaStream_t stream = nullptr);
+// squares is summed in double, as on the CPU. y_bf16 (optional): y again as BF16 bits, the
+// input of the next matrix product.
+void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int n, float eps, cudaStream_t stream = nullptr,
+             uint16_t* y_bf16 = nullptr);
 
 // Rotates x [n_tokens, n_heads, head_dim] in place, token i at position pos[i]: pairs
 // (i, i + d/2) (neox) or (2i, 2i + 1) (interleaved) by angle pos·position_scale·inv_freq[i],
@@ -22,8 +24,9 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int n, floa
 void rope(float* x, const int32_t* pos, const double* inv_freq, double position_scale, bool interleaved,
           int64_t n_tokens, int n_heads, int head_dim, cudaStream_t stream = nullptr);
 
-// gate[i] = silu(gate[i]) · up[i] = gate / (1 + e^-gate) · up.
-void swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream = nullptr);
+// gate[i] = silu(gate[i]) · up[i] = gate / (1 + e^-gate) · up; out_bf16 (optional): the
+// result again as BF16 bits.
+void swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream = nullptr, uint16_t* out_bf16 = nullptr);
 
 // y[i] += x[i].
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream = nullptr);

@@ -115,4 +115,18 @@ void KvRotator::unrotate_o(int layer, float* x, int64_t n_rows) const {
   if (k == Kind::matrices && !v_absorbed_) apply(rv_t_[size_t(layer)], head_dim_, x, n_rows);
 }
 
+std::vector<float> KvRotator::k_matrix(int layer) const {
+  const Kind k = kind(layer);
+  if (k == Kind::hadamard) return hadamard_matrix(head_dim_);
+  if (k == Kind::matrices) return rk_[size_t(layer)];
+  return {};
+}
+
+std::vector<float> KvRotator::v_matrix(int layer) const {
+  const Kind k = kind(layer);
+  if (k == Kind::hadamard) return hadamard_matrix(head_dim_);
+  if (k == Kind::matrices && !v_absorbed_) return rv_[size_t(layer)];
+  return {};
+}
+
 }  // namespace oscar

@@ -29,6 +29,10 @@ class KvRotator {
   void rotate_k(int layer, float* x, int64_t n_rows) const;    // x ← x·R_K (queries too)
   void rotate_v(int layer, float* x, int64_t n_rows) const;    // x ← x·R_V (no-op when absorbed)
   void unrotate_o(int layer, float* x, int64_t n_rows) const;  // x ← x·R_Vᵀ (no-op when absorbed)
+  // The explicit [d, d] matrices (for a backend that rotates by matrix products): R_K of
+  // layer (Hadamard as H/√d), and R_V unless absorbed; empty when the layer has none.
+  std::vector<float> k_matrix(int layer) const;
+  std::vector<float> v_matrix(int layer) const;
 
  private:
   enum class Kind { none, hadamard, matrices };

@@ -39,6 +39,10 @@ class Transformer {
   // Call once, before any forward pass. Throws oscar::Error on a mismatch.
   void configure_kv(const KvSpec& spec, const RotationSet* rotations = nullptr, bool absorb_v = true);
   const KvSpec& kv_spec() const { return kv_spec_; }
+  // What configure_kv chose: the rotations and, per layer, how K and V history rows are stored.
+  const KvRotator& kv_rotator() const { return rotation_; }
+  const HistoryFormat& k_history_format(int layer) const { return k_formats_[size_t(layer)]; }
+  const HistoryFormat& v_history_format(int layer) const { return v_formats_[size_t(layer)]; }
   // A cache in the configured format for `capacity_tokens` tokens.
   KvCache make_cache(int64_t capacity_tokens) const;
   void set_observer(ForwardObserver* obs) { observer_ = obs; }

@@ -1,0 +1,84 @@
+#include "device_generate.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <stdexcept>
+
+#include "oscar/core/error.h"
+#if OSCAR_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "oscar/cuda_engine/device_model_loader.h"
+#endif
+
+namespace oscar::cli {
+
+void check_device(const std::string& device) {
+  if (device == "cpu") return;
+  if (device != "cuda") fail("--device {}: cpu or cuda", device);
+#if OSCAR_WITH_CUDA
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0)
+    fail("--device cuda: no CUDA device ({})", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+#else
+  fail("--device cuda: this oscar was built without the CUDA backend (no nvcc at configure time)");
+#endif
+}
+
+#if OSCAR_WITH_CUDA
+GenerationStats generate_on_device(LoadedModel& m, int64_t capacity, const std::vector<int32_t>& prompt,
+                                   int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token) {
+  GenerationStats st;
+  cuda::KvCacheLimits limits;
+  limits.max_seqs = 1;
+  limits.max_seq_len = capacity;
+  std::unique_ptr<cuda::DeviceModel> dm;
+  try {
+    dm = std::make_unique<cuda::DeviceModel>(device_host_model(*m.transformer), device_kv_format(*m.transformer), limits);
+  } catch (const std::runtime_error& e) {
+    fail("--device cuda: {}", e.what());
+  }
+  fmt::print(stderr, "device: weights {:.2f} GiB (BF16), KV cache {:.2f} GiB reserved\n",
+             double(dm->weight_bytes()) / (1 << 30), double(dm->cache().bytes_reserved()) / (1 << 30));
+  const int slot = dm->cache().add_sequence();
+  const bool greedy = sampler.params().temperature <= 0.0f && sampler.params().repeat_penalty == 1.0f;
+  std::vector<int32_t> history(prompt);
+  auto t0 = std::chrono::steady_clock::now();
+  dm->prefill_by_steps(slot, prompt);
+  st.n_prompt = int64_t(prompt.size());
+  auto next = [&]() -> int32_t {
+    if (greedy) return dm->download_next_ids(1)[0];
+    const std::vector<float> logits = dm->download_logits(1);
+    return sampler.sample(logits, history);
+  };
+  int32_t id = prompt.empty() ? -1 : next();
+  st.prompt_seconds = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n_predict && id >= 0; ++i) {
+    if (m.tokenizer->is_eog(id)) break;
+    ++st.n_generated;
+    history.push_back(id);
+    if (!on_token(id)) break;
+    if (i + 1 == n_predict || dm->cache().length(slot) + 1 > capacity) break;
+    dm->step({slot}, {id}, /*use_graph=*/true);
+    id = next();
+  }
+  st.generate_seconds = seconds_since(t0);
+  const int64_t n = dm->cache().length(slot);
+  const size_t used = dm->cache().bytes_for_length(n), bf16 = dm->cache().bf16_bytes_for_length(n);
+  fmt::print(stderr, "KV cache on the GPU ({}): {} tokens, {} in pages; BF16 KV pages would hold {}: {:.2f}x less\n",
+             m.transformer->kv_spec().name(), n, format_bytes(int64_t(used)), format_bytes(int64_t(bf16)),
+             used ? double(bf16) / double(used) : 1.0);
+  return st;
+}
+#else
+GenerationStats generate_on_device(LoadedModel&, int64_t, const std::vector<int32_t>&, int, Sampler&,
+                                   const std::function<bool(int32_t)>&) {
+  check_device("cuda");
+  return {};
+}
+#endif
+
+}  // namespace oscar::cli

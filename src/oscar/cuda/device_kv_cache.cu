@@ -1,0 +1,337 @@
+// The paged KV cache on the device (device_kv_cache.h): pools per layer, page tables on the
+// host mirrored per slot on the device, the window rule, and random contents for benchmarks.
+#include "oscar/cuda/device_kv_cache.h"
+
+#include <algorithm>
+#include <string>
+
+#include "oscar/cuda/decode_attention.h"
+#include "oscar/cuda/host_checks.h"
+
+namespace oscar::cuda {
+namespace {
+
+using detail::check_launch;
+using detail::fail;
+
+constexpr int kPage = kDecodeFpBlockTokens;  // tokens per fp page = rows per history page
+static_assert(kDecodeFpBlockTokens == kDecodeHistBlockTokens);
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+__device__ uint32_t hash3(uint64_t seed, uint64_t a, uint64_t b) {
+  uint64_t x = seed ^ (a * 0x9E3779B97F4A7C15ull) ^ (b * 0xC2B2AE3D27D4EB4Full);
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  x *= 0x94D049BB133111EBull;
+  return uint32_t(x >> 32);
+}
+
+// BF16 values uniform in (−1, 1) over the listed pages (elems per page each).
+__global__ void fill_fp_pages(uint16_t* pool, const int32_t* pages, int n_pages, int64_t elems, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < int64_t(n_pages) * elems;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t page = pages[i / elems];
+    const float u = float(hash3(seed, uint64_t(page), uint64_t(i % elems))) * 0x1p-31f - 1.0f;
+    const uint32_t bits = __float_as_uint(u);
+    pool[page * elems + i % elems] = uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+  }
+}
+
+// Random codes; per group fp16 scale 1/32 and zero 1.5 (values in about ±0.05).
+__global__ void fill_hist_pages(uint8_t* pool, const int32_t* pages, int n_pages, int64_t rows_per_page,
+                                int row_bytes, int code_bytes, uint64_t seed) {
+  const int64_t page_bytes = rows_per_page * row_bytes;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < int64_t(n_pages) * page_bytes;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t page = pages[i / page_bytes], within = i % page_bytes;
+    const int byte = int(within % row_bytes);
+    uint8_t v;
+    if (byte < code_bytes) {
+      v = uint8_t(hash3(seed, uint64_t(page), uint64_t(within)));
+    } else {
+      const int in_pair = (byte - code_bytes) % 4;  // fp16 scale (2 bytes), fp16 zero (2 bytes), little end first
+      const uint16_t half = in_pair < 2 ? uint16_t(0x2800) : uint16_t(0x3E00);  // 1/32, 1.5
+      v = uint8_t(in_pair % 2 == 0 ? half & 0xFF : half >> 8);
+    }
+    pool[page * page_bytes + within] = v;
+  }
+}
+
+}  // namespace
+
+bool KvFormat::any_bf16_layer() const { return std::any_of(bits.begin(), bits.end(), [](int b) { return b == 0; }); }
+bool KvFormat::any_history() const { return std::any_of(bits.begin(), bits.end(), [](int b) { return b != 0; }); }
+
+DeviceKvCache::DeviceKvCache(int n_layers, int n_kv_heads, int head_dim, const KvFormat& fmt,
+                             const KvCacheLimits& limits)
+    : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), fmt_(fmt), limits_(limits) {
+  const char* what = "DeviceKvCache";
+  if (n_layers <= 0 || n_kv_heads <= 0) fail(what, "n_layers and n_kv_heads must be positive");
+  if (head_dim != 64 && head_dim != 128) fail(what, "head_dim " + std::to_string(head_dim) + " (64 or 128)");
+  if (fmt.sink < 0 || fmt.window < 0) fail(what, "negative sink or window");
+  const auto per_layer = [&](size_t n, const char* field) {
+    if (n != size_t(n_layers))
+      fail(what, std::string(field) + " has " + std::to_string(n) + " entries for " + std::to_string(n_layers) +
+                     " layers");
+  };
+  per_layer(fmt.bits.size(), "bits");
+  per_layer(fmt.k_clip.size(), "k_clip");
+  per_layer(fmt.v_clip.size(), "v_clip");
+  if (!fmt.rot_k.empty()) per_layer(fmt.rot_k.size(), "rot_k");
+  if (!fmt.rot_v.empty()) per_layer(fmt.rot_v.size(), "rot_v");
+  for (int l = 0; l < n_layers; ++l) {
+    const int b = fmt.bits[size_t(l)];
+    if (b != 0 && b != 2 && b != 4 && b != 8) fail(what, "layer " + std::to_string(l) + ": bits " + std::to_string(b));
+    if (b != 0 && (fmt.group > head_dim || (fmt.group != 32 && fmt.group != 64 && fmt.group != 128)))
+      fail(what, "group " + std::to_string(fmt.group) + " (32, 64 or 128, at most head_dim)");
+    for (float c : {fmt.k_clip[size_t(l)], fmt.v_clip[size_t(l)]})
+      if (!(c >= 0.0f && c <= 1.0f)) fail(what, "layer " + std::to_string(l) + ": clip ratio outside [0, 1]");
+    for (const auto& [rots, name] : {std::pair{&fmt.rot_k, "rot_k"}, std::pair{&fmt.rot_v, "rot_v"}})
+      if (!rots->empty() && !(*rots)[size_t(l)].empty() &&
+          (*rots)[size_t(l)].size() != size_t(head_dim) * size_t(head_dim))
+        fail(what, "layer " + std::to_string(l) + ": " + name + " is not " + std::to_string(head_dim) + "×" +
+                       std::to_string(head_dim));
+  }
+  if (limits.max_seqs <= 0) fail(what, "max_seqs must be positive");
+  if (limits.max_seq_len <= 0 || limits.max_seq_len > (int64_t(1) << 31) - kPage)
+    fail(what, "max_seq_len " + std::to_string(limits.max_seq_len) + " outside [1, 2^31)");
+  keep_fp_ = fmt.any_bf16_layer();
+  fp_stride_ = int(ceil_div(limits.max_seq_len, kPage));
+  hist_stride_ = int(std::max<int64_t>(1, ceil_div(std::max<int64_t>(0, limits.max_seq_len - fmt.sink), kPage)));
+  // During a step a sequence may hold one page more than after it (the new token's page
+  // comes before the released one goes), and the count wobbles by one along the way.
+  if (limits_.fp_pages <= 0)
+    limits_.fp_pages = limits.max_seqs * std::min(ceil_div(limits.max_seq_len, kPage),
+                                                  fp_pages_for_length(limits.max_seq_len) + 2);
+  if (limits_.hist_pages <= 0)
+    limits_.hist_pages = fmt.any_history() ? limits.max_seqs * hist_pages_for_length(limits.max_seq_len) : 0;
+
+  const size_t fp_elems = size_t(n_kv_heads) * kPage * size_t(head_dim);
+  for (int l = 0; l < n_layers; ++l) {
+    const std::string name = "KV cache layer " + std::to_string(l);
+    fp_k_.push_back(mem_.allocate_array<uint16_t>(size_t(limits_.fp_pages) * fp_elems, name + " fp K pages"));
+    fp_v_.push_back(mem_.allocate_array<uint16_t>(size_t(limits_.fp_pages) * fp_elems, name + " fp V pages"));
+    const size_t hist_bytes = size_t(limits_.hist_pages) * size_t(n_kv_heads) * kPage * row_bytes(l);
+    hist_k_.push_back(hist_bytes ? mem_.allocate_array<uint8_t>(hist_bytes, name + " history K pages") : nullptr);
+    hist_v_.push_back(hist_bytes ? mem_.allocate_array<uint8_t>(hist_bytes, name + " history V pages") : nullptr);
+  }
+  h_fp_table_.assign(size_t(limits.max_seqs) * size_t(fp_stride_), -1);
+  h_hist_table_.assign(size_t(limits.max_seqs) * size_t(hist_stride_), -1);
+  d_fp_table_ = mem_.allocate_array<int32_t>(h_fp_table_.size(), "KV page tables");
+  d_hist_table_ = mem_.allocate_array<int32_t>(h_hist_table_.size(), "KV page tables");
+  if (cudaMemcpy(d_fp_table_, h_fp_table_.data(), h_fp_table_.size() * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaMemcpy(d_hist_table_, h_hist_table_.data(), h_hist_table_.size() * 4, cudaMemcpyHostToDevice) != cudaSuccess)
+    fail(what, "uploading the page tables failed");
+  for (int64_t p = limits_.fp_pages - 1; p >= 0; --p) free_fp_.push_back(int32_t(p));
+  for (int64_t p = limits_.hist_pages - 1; p >= 0; --p) free_hist_.push_back(int32_t(p));
+  length_.assign(size_t(limits.max_seqs), 0);
+  active_.assign(size_t(limits.max_seqs), false);
+}
+
+size_t DeviceKvCache::row_bytes(int layer) const {
+  const int b = fmt_.bits[size_t(layer)];
+  return b == 0 ? 0 : decode_quant_row_bytes(head_dim_, b, fmt_.group);
+}
+
+int64_t DeviceKvCache::history_end(int64_t t) const {
+  return fmt_.sink + std::max<int64_t>(0, t - fmt_.sink - fmt_.window);
+}
+
+int64_t DeviceKvCache::fp_pages_for_length(int64_t t) const {
+  if (keep_fp_ || !fmt_.any_history()) return ceil_div(t, kPage);
+  // Released: the pages at or past the sink that end at or before h(t).
+  const int64_t released = std::max<int64_t>(0, history_end(t) / kPage - ceil_div(fmt_.sink, kPage));
+  return ceil_div(t, kPage) - released;
+}
+
+int64_t DeviceKvCache::hist_pages_for_length(int64_t t) const {
+  if (!fmt_.any_history()) return 0;
+  // Rows [S, h(t + 1)): a step for token t also demotes row h(t).
+  return ceil_div(std::max<int64_t>(0, history_end(t + 1) - fmt_.sink), kPage);
+}
+
+size_t DeviceKvCache::fp_page_bytes() const {
+  return size_t(n_layers_) * 2 * size_t(n_kv_heads_) * kPage * size_t(head_dim_) * 2;
+}
+
+size_t DeviceKvCache::hist_page_bytes() const {
+  size_t per_row = 0;
+  for (int l = 0; l < n_layers_; ++l) per_row += 2 * row_bytes(l);
+  return per_row * size_t(n_kv_heads_) * kPage;
+}
+
+size_t DeviceKvCache::bytes_for_length(int64_t t) const {
+  // The pages held after t tokens (history rows up to h(t)).
+  const int64_t hist = fmt_.any_history() ? ceil_div(std::max<int64_t>(0, history_end(t) - fmt_.sink), kPage) : 0;
+  return size_t(fp_pages_for_length(t)) * fp_page_bytes() + size_t(hist) * hist_page_bytes();
+}
+
+size_t DeviceKvCache::bf16_bytes_for_length(int64_t t) const { return size_t(ceil_div(t, kPage)) * fp_page_bytes(); }
+
+size_t DeviceKvCache::bytes_in_use() const {
+  return size_t(limits_.fp_pages - int64_t(free_fp_.size())) * fp_page_bytes() +
+         size_t(limits_.hist_pages - int64_t(free_hist_.size())) * hist_page_bytes();
+}
+
+void DeviceKvCache::check_slot(int slot, const char* what) const {
+  if (slot < 0 || slot >= limits_.max_seqs || !active_[size_t(slot)])
+    fail(what, "sequence slot " + std::to_string(slot) + " is not active");
+}
+
+int DeviceKvCache::add_sequence() {
+  for (int s = 0; s < limits_.max_seqs; ++s)
+    if (!active_[size_t(s)]) {
+      active_[size_t(s)] = true;
+      length_[size_t(s)] = 0;
+      return s;
+    }
+  fail("DeviceKvCache::add_sequence", "all " + std::to_string(limits_.max_seqs) + " sequence slots are in use");
+}
+
+void DeviceKvCache::remove_sequence(int slot) {
+  check_slot(slot, "DeviceKvCache::remove_sequence");
+  for (int64_t i = 0; i < fp_stride_; ++i) {
+    const int32_t p = h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)];
+    if (p >= 0) {
+      free_fp_.push_back(p);
+      set_entry(false, slot, i, -1);
+    }
+  }
+  for (int64_t i = 0; i < hist_stride_; ++i) {
+    const int32_t p = h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t(i)];
+    if (p >= 0) {
+      free_hist_.push_back(p);
+      set_entry(true, slot, i, -1);
+    }
+  }
+  active_[size_t(slot)] = false;
+  length_[size_t(slot)] = 0;
+}
+
+bool DeviceKvCache::active(int slot) const {
+  return slot >= 0 && slot < limits_.max_seqs && active_[size_t(slot)];
+}
+
+int64_t DeviceKvCache::length(int slot) const {
+  check_slot(slot, "DeviceKvCache::length");
+  return length_[size_t(slot)];
+}
+
+void DeviceKvCache::set_entry(bool hist, int slot, int64_t i, int32_t page) {
+  auto& h_table = hist ? h_hist_table_ : h_fp_table_;
+  const size_t at = size_t(slot) * size_t(hist ? hist_stride_ : fp_stride_) + size_t(i);
+  h_table[at] = page;
+  // Pageable source: staged at once, so the host value may change right after; the copy
+  // itself is ordered on the stream before the next step's kernels.
+  const cudaError_t e = cudaMemcpyAsync((hist ? d_hist_table_ : d_fp_table_) + at, &h_table[at], sizeof(int32_t),
+                                        cudaMemcpyHostToDevice, stream_);
+  if (e != cudaSuccess) fail("DeviceKvCache", std::string("page table update: ") + cudaGetErrorString(e));
+}
+
+void DeviceKvCache::begin_token(int slot) {
+  const char* what = "DeviceKvCache::begin_token";
+  check_slot(slot, what);
+  const int64_t t = length_[size_t(slot)];
+  if (t >= limits_.max_seq_len)
+    fail(what, "sequence slot " + std::to_string(slot) + " is at max_seq_len " + std::to_string(limits_.max_seq_len));
+  const bool need_fp = h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(t / kPage)] < 0;
+  const int64_t row = history_end(t);  // demoted in this step when h(t + 1) > h(t)
+  const bool demotes = fmt_.any_history() && history_end(t + 1) > row;
+  const bool need_hist =
+      demotes && h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t((row - fmt_.sink) / kPage)] < 0;
+  if ((need_fp && free_fp_.empty()) || (need_hist && free_hist_.empty()))
+    fail(what, "the KV cache is full (" + std::to_string(limits_.fp_pages) + " fp pages, " +
+                   std::to_string(limits_.hist_pages) + " history pages) at token " + std::to_string(t) +
+                   " of sequence slot " + std::to_string(slot));
+  if (need_fp) {
+    set_entry(false, slot, t / kPage, free_fp_.back());
+    free_fp_.pop_back();
+  }
+  if (need_hist) {
+    set_entry(true, slot, (row - fmt_.sink) / kPage, free_hist_.back());
+    free_hist_.pop_back();
+  }
+}
+
+void DeviceKvCache::end_token(int slot) {
+  check_slot(slot, "DeviceKvCache::end_token");
+  const int64_t t = ++length_[size_t(slot)];
+  if (keep_fp_ || !fmt_.any_history()) return;
+  const int64_t h = history_end(t);
+  // The page that ends at h is all history now (and holds no sink token).
+  if (h > history_end(t - 1) && h % kPage == 0 && h - kPage >= fmt_.sink) {
+    const int64_t i = h / kPage - 1;
+    const int32_t p = h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)];
+    if (p >= 0) {
+      free_fp_.push_back(p);
+      set_entry(false, slot, i, -1);
+    }
+  }
+}
+
+void DeviceKvCache::synthesize(int slot, int64_t t, uint64_t seed, cudaStream_t stream) {
+  const char* what = "DeviceKvCache::synthesize";
+  check_slot(slot, what);
+  if (length_[size_t(slot)] != 0) fail(what, "sequence slot " + std::to_string(slot) + " is not empty");
+  if (t < 0 || t > limits_.max_seq_len) fail(what, "length " + std::to_string(t) + " outside [0, max_seq_len]");
+  const int64_t h = fmt_.any_history() ? history_end(t) : 0;
+  std::vector<int32_t> fp_pages, hist_pages;
+  for (int64_t i = 0; i < ceil_div(t, kPage); ++i) {
+    const bool released = !keep_fp_ && fmt_.any_history() && i * kPage >= fmt_.sink && (i + 1) * kPage <= h;
+    if (!released) fp_pages.push_back(int32_t(i));
+  }
+  for (int64_t i = 0; i < ceil_div(std::max<int64_t>(0, h - fmt_.sink), kPage); ++i) hist_pages.push_back(int32_t(i));
+  if (fp_pages.size() > free_fp_.size() || hist_pages.size() > free_hist_.size())
+    fail(what, "the KV cache cannot hold a sequence of " + std::to_string(t) + " tokens");
+  // Table indices → pages, then fill those pages.
+  for (auto& i : fp_pages) {
+    const int32_t p = free_fp_.back();
+    free_fp_.pop_back();
+    h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)] = p;
+    i = p;
+  }
+  for (auto& i : hist_pages) {
+    const int32_t p = free_hist_.back();
+    free_hist_.pop_back();
+    h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t(i)] = p;
+    i = p;
+  }
+  length_[size_t(slot)] = t;
+  auto upload = [&](int32_t* dst, const int32_t* src, size_t n) {
+    if (cudaMemcpy(dst, src, n * 4, cudaMemcpyHostToDevice) != cudaSuccess) fail(what, "upload failed");
+  };
+  upload(d_fp_table_ + size_t(slot) * size_t(fp_stride_), &h_fp_table_[size_t(slot) * size_t(fp_stride_)],
+         size_t(fp_stride_));
+  upload(d_hist_table_ + size_t(slot) * size_t(hist_stride_), &h_hist_table_[size_t(slot) * size_t(hist_stride_)],
+         size_t(hist_stride_));
+  int32_t* d_pages = nullptr;
+  const size_t n_list = std::max<size_t>(1, std::max(fp_pages.size(), hist_pages.size()));
+  if (cudaMalloc(&d_pages, n_list * 4) != cudaSuccess) fail(what, "cudaMalloc for the page list failed");
+  const int64_t fp_elems = int64_t(n_kv_heads_) * kPage * head_dim_;
+  for (int l = 0; l < n_layers_; ++l) {
+    if (!fp_pages.empty()) {
+      upload(d_pages, fp_pages.data(), fp_pages.size());
+      fill_fp_pages<<<1024, 256, 0, stream>>>(fp_k_[size_t(l)], d_pages, int(fp_pages.size()), fp_elems,
+                                               seed * 131 + uint64_t(l) * 2);
+      fill_fp_pages<<<1024, 256, 0, stream>>>(fp_v_[size_t(l)], d_pages, int(fp_pages.size()), fp_elems,
+                                               seed * 131 + uint64_t(l) * 2 + 1);
+      check_launch(what);
+      cudaStreamSynchronize(stream);
+    }
+    if (!hist_pages.empty() && row_bytes(l) > 0) {
+      upload(d_pages, hist_pages.data(), hist_pages.size());
+      const int rb = int(row_bytes(l)), code_bytes = head_dim_ * fmt_.bits[size_t(l)] / 8;
+      fill_hist_pages<<<1024, 256, 0, stream>>>(hist_k_[size_t(l)], d_pages, int(hist_pages.size()),
+                                                 int64_t(n_kv_heads_) * kPage, rb, code_bytes, seed * 7 + uint64_t(l));
+      fill_hist_pages<<<1024, 256, 0, stream>>>(hist_v_[size_t(l)], d_pages, int(hist_pages.size()),
+                                                 int64_t(n_kv_heads_) * kPage, rb, code_bytes, seed * 11 + uint64_t(l));
+      check_launch(what);
+      cudaStreamSynchronize(stream);
+    }
+  }
+  cudaFree(d_pages);
+}
+
+}  // namespace oscar::cuda

@@ -1,0 +1,122 @@
+// The paged KV cache on the device (docs/kv-layout.md §8, the CPU cache's bytes): per layer
+// one pool of BF16 fp pages [n_fp_pages, n_kv_heads, 16, d] for K and for V, and one pool of
+// packed history pages [n_hist_pages, n_kv_heads, 16 · row_bytes]. A page number means the
+// same tokens in every layer; the page tables live on the host (the source of truth) and,
+// per sequence slot, on the device ([max_seqs, stride] int32, −1 = none or released).
+//
+// A sequence at length t is [sink 0..S) ‖ [history S..h(t)) ‖ [recent h(t)..t) with
+// h(t) = S + max(0, t − S − W) (the CPU cache's rule with T = 1); a layer with bits = 0 keeps
+// every token in fp pages. A step for one token at position t: begin_token() gives it an fp
+// page (and history pages for the row h(t) that becomes history at t + 1); after every
+// layer has run, end_token() commits the length and releases fp pages that hold history only.
+//
+// Self-contained like decode_attention.h: depends on the CUDA runtime only.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "oscar/cuda/device_memory.h"
+
+namespace oscar::cuda {
+
+// The KV format, per layer where it may differ.
+struct KvFormat {
+  int sink = 64;      // S: BF16 sink tokens
+  int window = 256;   // W: BF16 recent tokens
+  int group = 128;    // G: quantization group along head_dim (G ≤ d)
+  std::vector<int> bits;                // per layer: 0 (BF16 only), 2, 4 or 8
+  std::vector<float> k_clip, v_clip;    // per layer: §2 quantile clip ratios (0 = none)
+  // Either empty (no rotations) or one entry per layer, each [d, d] row-major or empty (none).
+  std::vector<std::vector<float>> rot_k;  // R_K
+  // Per layer: R_V [d, d] applied to v on its way into the cache and undone (·R_Vᵀ) on the
+  // attention output, or empty (none, or already absorbed into W_v / W_o).
+  std::vector<std::vector<float>> rot_v;
+
+  bool any_bf16_layer() const;
+  bool any_history() const;
+};
+
+struct KvCacheLimits {
+  int max_seqs = 1;          // sequence slots
+  int64_t max_seq_len = 0;   // tokens per sequence (sizes the page tables)
+  int64_t fp_pages = 0;      // 0: as many as max_seqs sequences of max_seq_len need
+  int64_t hist_pages = 0;    // 0: likewise
+};
+
+class DeviceKvCache {
+ public:
+  DeviceKvCache(int n_layers, int n_kv_heads, int head_dim, const KvFormat& fmt, const KvCacheLimits& limits);
+
+  const KvFormat& format() const { return fmt_; }
+  int n_layers() const { return n_layers_; }
+  int max_seqs() const { return limits_.max_seqs; }
+  int64_t max_seq_len() const { return limits_.max_seq_len; }
+  size_t row_bytes(int layer) const;  // packed history row of `layer` (0 for BF16 layers)
+
+  // Sequence slots. add_sequence throws when all slots are taken.
+  int add_sequence();
+  void remove_sequence(int slot);   // frees its pages
+  bool active(int slot) const;
+  int64_t length(int slot) const;
+  // h(t) of this cache for a sequence of length t.
+  int64_t history_end(int64_t t) const;
+
+  // Reserves the pages token `length(slot)` needs; throws std::runtime_error naming the
+  // slot when the cache is full or the sequence at max_seq_len (nothing changes then).
+  void begin_token(int slot);
+  // Commits the token: length + 1, releases fp pages that now hold history only.
+  void end_token(int slot);
+  // Bytes of KV data a sequence of length t holds (its pages); the BF16 cost of the same
+  // tokens, for the memory report.
+  size_t bytes_for_length(int64_t t) const;
+  size_t bf16_bytes_for_length(int64_t t) const;
+  size_t bytes_in_use() const;   // pages in use now, all layers, K and V
+  size_t bytes_reserved() const { return mem_.bytes(); }
+
+  // Benchmarks: gives the empty `slot` the pages of a sequence of length t and fills them with random
+  // BF16 rows and random history rows (codes, fp16 scale and zero in range); sets its length.
+  void synthesize(int slot, int64_t t, uint64_t seed, cudaStream_t stream);
+
+  // Device views for the kernels of layer l.
+  uint16_t* fp_k(int l) const { return fp_k_[size_t(l)]; }
+  uint16_t* fp_v(int l) const { return fp_v_[size_t(l)]; }
+  uint8_t* hist_k(int l) const { return hist_k_[size_t(l)]; }
+  uint8_t* hist_v(int l) const { return hist_v_[size_t(l)]; }
+  int fp_stride() const { return fp_stride_; }
+  int hist_stride() const { return hist_stride_; }
+  // Slot tables on the device: [max_seqs, stride]; kept in step with the host by the
+  // page-changing calls (one small copy per changed entry, ordered on the cache's stream).
+  void set_stream(cudaStream_t s) { stream_ = s; }
+  const int32_t* fp_table_device() const { return d_fp_table_; }
+  const int32_t* hist_table_device() const { return d_hist_table_; }
+
+ private:
+  void check_slot(int slot, const char* what) const;
+  void set_entry(bool hist, int slot, int64_t i, int32_t page);
+  size_t fp_page_bytes() const;    // one page of every layer, K and V
+  size_t hist_page_bytes() const;  // likewise (0 when no layer has history)
+  int64_t fp_pages_for_length(int64_t t) const;
+  int64_t hist_pages_for_length(int64_t t) const;
+
+  cudaStream_t stream_ = nullptr;
+  int n_layers_, n_kv_heads_, head_dim_;
+  KvFormat fmt_;
+  KvCacheLimits limits_;
+  bool keep_fp_;  // some layer is BF16 only: fp pages are never released
+  int fp_stride_ = 0, hist_stride_ = 0;
+  DeviceMemory mem_;
+  std::vector<uint16_t*> fp_k_, fp_v_;
+  std::vector<uint8_t*> hist_k_, hist_v_;
+  int32_t* d_fp_table_ = nullptr;
+  int32_t* d_hist_table_ = nullptr;
+  std::vector<int32_t> h_fp_table_, h_hist_table_;
+  std::vector<int32_t> free_fp_, free_hist_;
+  std::vector<int64_t> length_;
+  std::vector<bool> active_;
+};
+
+}  // namespace oscar::cuda

@@ -1,0 +1,501 @@
+// The decoder on the GPU (device_model.h): weights, one step's kernels, graphs.
+#include "oscar/cuda/device_model.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "oscar/cuda/cache_write.h"
+#include "oscar/cuda/decode_attention.h"
+#include "oscar/cuda/elementwise.h"
+#include "oscar/cuda/host_checks.h"
+
+namespace oscar::cuda {
+namespace {
+
+using detail::check_launch;
+using detail::fail;
+
+void check_cuda(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) fail("DeviceModel", what + ": " + cudaGetErrorString(e));
+}
+
+// Per-step inputs, in this order, each max_batch ints (device and pinned host copies).
+enum Input { kIds, kPos, kSeqLen, kHistEnd, kDemoteFrom, kDemoteTo, kSlots, kBadId, kNumInputs };
+
+__device__ uint32_t mix(uint64_t x) {
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  x *= 0x94D049BB133111EBull;
+  return uint32_t(x >> 32);
+}
+
+__global__ void fill_uniform_bf16(uint16_t* w, int64_t n, float scale, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float u = float(mix(seed * 0x9E3779B97F4A7C15ull + uint64_t(i))) * 0x1p-31f - 1.0f;
+    w[i] = __bfloat16_as_ushort(__float2bfloat16_rn(u * scale));
+  }
+}
+
+__global__ void bf16_to_f32_kernel(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = __uint_as_float(uint32_t(x[i]) << 16);
+}
+
+__global__ void fill_f32(float* w, int64_t n, float base, float spread, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    w[i] = base + spread * (float(mix(seed * 0x9E3779B97F4A7C15ull + uint64_t(i))) * 0x1p-31f - 1.0f);
+}
+
+// dst[b][i] = src[slots[b]][i]: the batch's page tables from the per-slot tables.
+__global__ void gather_tables(const int32_t* src, const int32_t* slots, int32_t* dst, int stride) {
+  const int b = blockIdx.y;
+  const int32_t* row = src + int64_t(slots[b]) * stride;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < stride; i += gridDim.x * blockDim.x)
+    dst[int64_t(b) * stride + i] = row[i];
+}
+
+}  // namespace
+
+void ModelShape::validate() const {
+  const char* what = "ModelShape";
+  if (n_layers <= 0 || n_embd <= 0 || n_ff <= 0 || n_heads <= 0 || n_kv_heads <= 0 || n_vocab <= 0)
+    fail(what, "every size must be positive");
+  if (head_dim != 64 && head_dim != 128) fail(what, "head_dim " + std::to_string(head_dim) + " (64 or 128)");
+  if (n_heads % n_kv_heads != 0 || n_heads / n_kv_heads > kDecodeMaxGroup)
+    fail(what, "n_heads / n_kv_heads must be a whole number from 1 to " + std::to_string(kDecodeMaxGroup));
+  if (rope_inv_freq.size() != size_t(head_dim / 2))
+    fail(what, "rope_inv_freq has " + std::to_string(rope_inv_freq.size()) + " entries, expected head_dim / 2");
+  if (!(rms_eps > 0.0f)) fail(what, "rms_eps must be positive");
+}
+
+size_t ModelShape::n_params() const {
+  const size_t e = size_t(n_embd), hd = size_t(head_dim);
+  const size_t per_layer = e * hd * size_t(n_heads) * 2 + e * hd * size_t(n_kv_heads) * 2 + 3 * e * size_t(n_ff);
+  return size_t(n_layers) * per_layer + size_t(n_vocab) * e * (tied_embeddings ? 1 : 2);
+}
+
+DeviceModel::DeviceModel(const ModelShape& shape, const KvFormat& kv, const KvCacheLimits& limits,
+                         GemmPrecision precision)
+    : shape_(shape), kv_(kv), precision_(precision) {
+  shape_.validate();
+  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&n_sm_, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+  cache_ = std::make_unique<DeviceKvCache>(shape.n_layers, shape.n_kv_heads, shape.head_dim, kv, limits);
+  cache_->set_stream(stream_);
+  max_batch_ = limits.max_seqs;
+  const int widest = std::max({shape.n_embd, shape.n_heads * shape.head_dim, shape.n_ff});
+  linear_ = std::make_unique<Linear>(stream_, size_t(max_batch_) * size_t(widest));
+  allocate_weights();
+  allocate_activations();
+}
+
+DeviceModel::DeviceModel(const HostModel& m, const KvFormat& kv, const KvCacheLimits& limits,
+                         GemmPrecision precision)
+    : DeviceModel(m.shape, kv, limits, precision) {
+  const ModelShape& s = shape_;
+  const size_t e = size_t(s.n_embd), hd = size_t(s.head_dim), qd = size_t(s.n_heads) * hd,
+               kvd = size_t(s.n_kv_heads) * hd, ff = size_t(s.n_ff), vocab = size_t(s.n_vocab);
+  auto put = [&](void* dst, const void* src, size_t n, size_t want, size_t elem, const std::string& name) {
+    if (n != want)
+      fail("DeviceModel", name + " has " + std::to_string(n) + " elements, expected " + std::to_string(want));
+    check_cuda(cudaMemcpy(dst, src, n * elem, cudaMemcpyHostToDevice), "uploading " + name);
+  };
+  auto put16 = [&](uint16_t* dst, const std::vector<uint16_t>& v, size_t want, const std::string& name) {
+    put(dst, v.data(), v.size(), want, 2, name);
+  };
+  auto put32 = [&](float* dst, const std::vector<float>& v, size_t want, const std::string& name) {
+    put(dst, v.data(), v.size(), want, 4, name);
+  };
+  if (m.layers.size() != size_t(s.n_layers))
+    fail("DeviceModel", "the model has " + std::to_string(m.layers.size()) + " layers, the shape " +
+                            std::to_string(s.n_layers));
+  put16(token_embd_, m.token_embd, vocab * e, "token_embd");
+  if (!s.tied_embeddings) put16(output_.bf16, m.output, vocab * e, "output");
+  put32(output_norm_, m.output_norm, e, "output_norm");
+  for (int l = 0; l < s.n_layers; ++l) {
+    const HostLayer& h = m.layers[size_t(l)];
+    const LayerPtrs& d = layers_[size_t(l)];
+    const std::string p = "layer " + std::to_string(l) + " ";
+    put16(d.wq.bf16, h.wq, qd * e, p + "wq");
+    put16(d.wk.bf16, h.wk, kvd * e, p + "wk");
+    put16(d.wv.bf16, h.wv, kvd * e, p + "wv");
+    put16(d.wo.bf16, h.wo, e * qd, p + "wo");
+    put16(d.w_gate.bf16, h.w_gate, ff * e, p + "w_gate");
+    put16(d.w_up.bf16, h.w_up, ff * e, p + "w_up");
+    put16(d.w_down.bf16, h.w_down, e * ff, p + "w_down");
+    put32(d.attn_norm, h.attn_norm, e, p + "attn_norm");
+    put32(d.ffn_norm, h.ffn_norm, e, p + "ffn_norm");
+    if (s.qkv_bias) {
+      put32(d.bq, h.bq, qd, p + "bq");
+      put32(d.bk, h.bk, kvd, p + "bk");
+      put32(d.bv, h.bv, kvd, p + "bv");
+    }
+    if (s.qk_norm) {
+      put32(d.q_norm, h.q_norm, hd, p + "q_norm");
+      put32(d.k_norm, h.k_norm, hd, p + "k_norm");
+    }
+  }  if (precision_ == GemmPrecision::f32) make_f32_copies();
+}
+
+void DeviceModel::make_f32_copies() {
+  const ModelShape& s = shape_;
+  const int64_t e = s.n_embd, qd = int64_t(s.n_heads) * s.head_dim, kvd = int64_t(s.n_kv_heads) * s.head_dim,
+                ff = s.n_ff;
+  auto copy = [&](Matrix& w, int64_t n, const std::string& name) {
+    w.f32 = weights_mem_.allocate_array<float>(size_t(n), name + " (f32)");
+    bf16_to_f32_kernel<<<1024, 256, 0, stream_>>>(w.bf16, w.f32, n);
+  };
+  copy(output_, int64_t(s.n_vocab) * e, "output");
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    LayerPtrs& d = layers_[l];
+    const std::string p = "layer " + std::to_string(l) + " ";
+    copy(d.wq, qd * e, p + "wq");
+    copy(d.wk, kvd * e, p + "wk");
+    copy(d.wv, kvd * e, p + "wv");
+    copy(d.wo, e * qd, p + "wo");
+    copy(d.w_gate, ff * e, p + "w_gate");
+    copy(d.w_up, ff * e, p + "w_up");
+    copy(d.w_down, e * ff, p + "w_down");
+  }
+  check_launch("DeviceModel: f32 weights");
+  check_cuda(cudaStreamSynchronize(stream_), "DeviceModel: f32 weights");
+}
+
+void DeviceModel::mm(const Matrix& w, const float* x, const uint16_t* x16, const float* bias, float* y, int64_t m,
+                     int n_in, int n_out, bool accumulate) {
+  if (precision_ == GemmPrecision::f32)
+    linear_->linear_f32(x, w.f32, bias, y, m, n_in, n_out, accumulate);
+  else if (x16)
+    linear_->linear_bf16(x16, w.bf16, bias, y, m, n_in, n_out, accumulate);
+  else
+    linear_->linear(x, w.bf16, bias, y, m, n_in, n_out, accumulate);
+}
+
+std::unique_ptr<DeviceModel> DeviceModel::random(const ModelShape& shape, const KvFormat& kv,
+                                                 const KvCacheLimits& limits, uint64_t seed) {
+  std::unique_ptr<DeviceModel> m(new DeviceModel(shape, kv, limits, GemmPrecision::bf16));
+  const ModelShape& s = m->shape_;
+  const int64_t e = s.n_embd, qd = int64_t(s.n_heads) * s.head_dim, kvd = int64_t(s.n_kv_heads) * s.head_dim,
+                ff = s.n_ff;
+  uint64_t k = seed * 1000;
+  auto mat = [&](uint16_t* w, int64_t rows, int64_t cols) {
+    fill_uniform_bf16<<<2048, 256, 0, m->stream_>>>(w, rows * cols, 1.0f / std::sqrt(float(cols)), ++k);
+  };
+  auto vec = [&](float* w, int64_t n, float base, float spread) {
+    if (w) fill_f32<<<256, 256, 0, m->stream_>>>(w, n, base, spread, ++k);
+  };
+  mat(m->token_embd_, s.n_vocab, e);
+  if (!s.tied_embeddings) mat(m->output_.bf16, s.n_vocab, e);
+  vec(m->output_norm_, e, 1.0f, 0.0f);
+  for (const LayerPtrs& d : m->layers_) {
+    mat(d.wq.bf16, qd, e);
+    mat(d.wk.bf16, kvd, e);
+    mat(d.wv.bf16, kvd, e);
+    mat(d.wo.bf16, e, qd);
+    mat(d.w_gate.bf16, ff, e);
+    mat(d.w_up.bf16, ff, e);
+    mat(d.w_down.bf16, e, ff);
+    vec(d.attn_norm, e, 1.0f, 0.0f);
+    vec(d.ffn_norm, e, 1.0f, 0.0f);
+    vec(d.bq, qd, 0.0f, 0.01f);
+    vec(d.bk, kvd, 0.0f, 0.01f);
+    vec(d.bv, kvd, 0.0f, 0.01f);
+    vec(d.q_norm, s.head_dim, 1.0f, 0.0f);
+    vec(d.k_norm, s.head_dim, 1.0f, 0.0f);
+  }
+  check_launch("DeviceModel::random");
+  check_cuda(cudaStreamSynchronize(m->stream_), "DeviceModel::random");
+  return m;
+}
+
+DeviceModel::~DeviceModel() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (h_inputs_) cudaFreeHost(h_inputs_);
+  linear_.reset();
+  cache_.reset();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void DeviceModel::allocate_weights() {
+  const ModelShape& s = shape_;
+  const size_t e = size_t(s.n_embd), hd = size_t(s.head_dim), qd = size_t(s.n_heads) * hd,
+               kvd = size_t(s.n_kv_heads) * hd, ff = size_t(s.n_ff), vocab = size_t(s.n_vocab);
+  DeviceMemory& mem = weights_mem_;
+  token_embd_ = mem.allocate_array<uint16_t>(vocab * e, "token_embd");
+  output_.bf16 = s.tied_embeddings ? token_embd_ : mem.allocate_array<uint16_t>(vocab * e, "output");
+  output_norm_ = mem.allocate_array<float>(e, "output_norm");
+  inv_freq_ = mem.allocate_array<double>(hd / 2, "rope frequencies");
+  check_cuda(cudaMemcpy(inv_freq_, s.rope_inv_freq.data(), hd / 2 * sizeof(double), cudaMemcpyHostToDevice),
+             "uploading rope frequencies");
+  for (int l = 0; l < s.n_layers; ++l) {
+    const std::string p = "layer " + std::to_string(l) + " ";
+    LayerPtrs d{};
+    d.wq.bf16 = mem.allocate_array<uint16_t>(qd * e, p + "wq");
+    d.wk.bf16 = mem.allocate_array<uint16_t>(kvd * e, p + "wk");
+    d.wv.bf16 = mem.allocate_array<uint16_t>(kvd * e, p + "wv");
+    d.wo.bf16 = mem.allocate_array<uint16_t>(e * qd, p + "wo");
+    d.w_gate.bf16 = mem.allocate_array<uint16_t>(ff * e, p + "w_gate");
+    d.w_up.bf16 = mem.allocate_array<uint16_t>(ff * e, p + "w_up");
+    d.w_down.bf16 = mem.allocate_array<uint16_t>(e * ff, p + "w_down");
+    d.attn_norm = mem.allocate_array<float>(e, p + "attn_norm");
+    d.ffn_norm = mem.allocate_array<float>(e, p + "ffn_norm");
+    if (s.qkv_bias) {
+      d.bq = mem.allocate_array<float>(qd, p + "bq");
+      d.bk = mem.allocate_array<float>(kvd, p + "bk");
+      d.bv = mem.allocate_array<float>(kvd, p + "bv");
+    }
+    if (s.qk_norm) {
+      d.q_norm = mem.allocate_array<float>(hd, p + "q_norm");
+      d.k_norm = mem.allocate_array<float>(hd, p + "k_norm");
+    }
+    auto rotation = [&](const std::vector<std::vector<float>>& rots, const char* name) -> float* {
+      if (rots.empty() || rots[size_t(l)].empty()) return nullptr;
+      float* r = mem.allocate_array<float>(hd * hd, p + name);
+      check_cuda(cudaMemcpy(r, rots[size_t(l)].data(), hd * hd * 4, cudaMemcpyHostToDevice), "uploading " + p + name);
+      return r;
+    };
+    d.rot_k = rotation(kv_.rot_k, "R_K");
+    d.rot_v = rotation(kv_.rot_v, "R_V");
+    layers_.push_back(d);
+  }
+}
+
+void DeviceModel::allocate_activations() {
+  const ModelShape& s = shape_;
+  const size_t b = size_t(max_batch_), qd = size_t(s.n_heads) * size_t(s.head_dim),
+               kvd = size_t(s.n_kv_heads) * size_t(s.head_dim);
+  DeviceMemory& mem = act_mem_;
+  auto f32 = [&](size_t n, const char* name) { return mem.allocate_array<float>(b * n, name); };
+  x_ = f32(size_t(s.n_embd), "activations");
+  h_ = f32(size_t(s.n_embd), "activations");
+  q_ = f32(qd, "activations");
+  q_rot_ = f32(qd, "activations");
+  att_ = f32(qd, "activations");
+  att_rot_ = f32(qd, "activations");
+  k_ = f32(kvd, "activations");
+  v_ = f32(kvd, "activations");
+  gate_ = f32(size_t(s.n_ff), "activations");
+  up_ = f32(size_t(s.n_ff), "activations");
+  logits_ = f32(size_t(s.n_vocab), "logits");
+  h16_ = mem.allocate_array<uint16_t>(b * size_t(s.n_embd), "activations");
+  gate16_ = mem.allocate_array<uint16_t>(b * size_t(s.n_ff), "activations");
+  next_ids_ = mem.allocate_array<int32_t>(b, "next ids");
+  d_inputs_ = mem.allocate_array<int32_t>(b * kNumInputs, "step inputs");
+  check_cuda(cudaMallocHost(&h_inputs_, b * kNumInputs * sizeof(int32_t)), "cudaMallocHost(step inputs)");
+  std::memset(h_inputs_, 0, b * kNumInputs * sizeof(int32_t));
+  auto in = [&](Input i) { return d_inputs_ + size_t(i) * b; };
+  ids_ = in(kIds), pos_ = in(kPos), seq_len_ = in(kSeqLen), hist_end_ = in(kHistEnd);
+  demote_from_ = in(kDemoteFrom), demote_to_ = in(kDemoteTo), slots_ = in(kSlots), bad_id_ = in(kBadId);
+  fp_blocks_ = mem.allocate_array<int32_t>(b * size_t(cache_->fp_stride()), "batch page tables");
+  hist_blocks_ = mem.allocate_array<int32_t>(b * size_t(cache_->hist_stride()), "batch page tables");
+}
+
+void DeviceModel::step(const std::vector<int>& slots, const std::vector<int32_t>& tokens, bool use_graph) {
+  const char* what = "DeviceModel::step";
+  const int batch = int(slots.size());
+  if (batch == 0) return;
+  if (batch > max_batch_) fail(what, std::to_string(batch) + " sequences, more than max_seqs " + std::to_string(max_batch_));
+  if (tokens.size() != slots.size()) fail(what, "one token per sequence slot is needed");
+  for (int i = 0; i < batch; ++i) {
+    if (tokens[size_t(i)] < 0 || tokens[size_t(i)] >= shape_.n_vocab)
+      fail(what, "token id " + std::to_string(tokens[size_t(i)]) + " outside [0, " + std::to_string(shape_.n_vocab) + ")");
+    if (!cache_->active(slots[size_t(i)])) fail(what, "sequence slot " + std::to_string(slots[size_t(i)]) + " is not active");
+    for (int j = 0; j < i; ++j)
+      if (slots[size_t(j)] == slots[size_t(i)]) fail(what, "sequence slot " + std::to_string(slots[size_t(i)]) + " appears twice");
+  }
+  // The previous step's input copy must have left the pinned staging before it is rewritten.
+  check_cuda(cudaStreamSynchronize(stream_), what);
+  for (int i = 0; i < batch; ++i) cache_->begin_token(slots[size_t(i)]);  // throws when full: nothing ran
+  int64_t max_len = 0;
+  const size_t b = size_t(max_batch_);
+  for (int i = 0; i < batch; ++i) {
+    const int64_t t = cache_->length(slots[size_t(i)]);
+    max_len = std::max(max_len, t + 1);
+    h_inputs_[kIds * b + size_t(i)] = tokens[size_t(i)];
+    h_inputs_[kPos * b + size_t(i)] = int32_t(t);
+    h_inputs_[kSeqLen * b + size_t(i)] = int32_t(t + 1);
+    h_inputs_[kHistEnd * b + size_t(i)] = int32_t(cache_->history_end(t + 1));
+    h_inputs_[kDemoteFrom * b + size_t(i)] = int32_t(cache_->history_end(t));
+    h_inputs_[kDemoteTo * b + size_t(i)] = int32_t(cache_->history_end(t + 1));
+    h_inputs_[kSlots * b + size_t(i)] = slots[size_t(i)];
+  }
+  check_cuda(cudaMemcpyAsync(d_inputs_, h_inputs_, b * kNumInputs * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+             "uploading step inputs");
+  // A power-of-two bound on the keys sizes the attention grid (and keys the graphs); plain
+  // steps use it too, so that both split the keys alike and give the same bits.
+  int64_t bound = 256;
+  while (bound < max_len) bound *= 2;
+  bound = std::min(bound, cache_->max_seq_len());
+  // The attention workspace for this bound; a larger one invalidates captured graphs.
+  DecodeAttentionParams p;
+  p.batch = batch, p.n_heads = shape_.n_heads, p.n_kv_heads = shape_.n_kv_heads, p.head_dim = shape_.head_dim;
+  p.group = kv_.group, p.sink = kv_.sink, p.max_seq_len = bound;
+  size_t need = 0;
+  p.tensor_cores = precision_ == GemmPrecision::bf16;
+  for (int bits : kv_.bits) {
+    p.bits = bits;
+    p.chunk_keys = decode_attention_default_chunk(p, n_sm_);
+    need = std::max(need, decode_attention_workspace_bytes(p));
+  }
+  if (need > attn_workspace_bytes_) {
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_.clear();
+    if (attn_workspace_) cudaFree(attn_workspace_);
+    attn_workspace_ = nullptr;
+    attn_workspace_bytes_ = 0;
+    const cudaError_t e = cudaMalloc(&attn_workspace_, need);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      attn_workspace_ = nullptr;
+      fail(what, std::string(e == cudaErrorMemoryAllocation ? "out of GPU memory" : cudaGetErrorString(e)) +
+                     " allocating the attention workspace: " + std::to_string(need >> 20) + " MiB");
+    }
+    attn_workspace_bytes_ = need;
+  }
+  if (!use_graph) {
+    run_step(batch, bound);
+  } else {
+    const auto key = std::make_pair(batch, bound);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      run_step(batch, bound);  // first use runs directly (one-time setup stays out of the graph)
+      cudaGraph_t graph = nullptr;
+      check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      try {
+        run_step(batch, bound);
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+      }
+      check_cuda(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      check_cuda(e, "cudaGraphInstantiate");
+      graphs_.emplace(key, exec);
+    } else {
+      check_cuda(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+    }
+  }
+  for (int i = 0; i < batch; ++i) cache_->end_token(slots[size_t(i)]);
+}
+
+void DeviceModel::run_step(int batch, int64_t bound) {
+  const ModelShape& s = shape_;
+  const dim3 tgrid_fp(unsigned((cache_->fp_stride() + 255) / 256), unsigned(batch));
+  gather_tables<<<tgrid_fp, 256, 0, stream_>>>(cache_->fp_table_device(), slots_, fp_blocks_, cache_->fp_stride());
+  const dim3 tgrid_h(unsigned((cache_->hist_stride() + 255) / 256), unsigned(batch));
+  gather_tables<<<tgrid_h, 256, 0, stream_>>>(cache_->hist_table_device(), slots_, hist_blocks_, cache_->hist_stride());
+  check_launch("DeviceModel: page tables");
+  embed_bf16(token_embd_, s.n_vocab, s.n_embd, ids_, batch, x_, bad_id_, stream_);
+  for (int l = 0; l < s.n_layers; ++l) layer(l, batch, bound);
+  rmsnorm(x_, output_norm_, h_, batch, s.n_embd, s.rms_eps, stream_, h16_);
+  mm(output_, h_, h16_, nullptr, logits_, batch, s.n_embd, s.n_vocab);
+  argmax_rows(logits_, batch, s.n_vocab, next_ids_, stream_);
+}
+
+void DeviceModel::layer(int l, int batch, int64_t bound) {
+  const ModelShape& s = shape_;
+  const LayerPtrs& w = layers_[size_t(l)];
+  const int d = s.head_dim, qd = s.n_heads * d, kvd = s.n_kv_heads * d;
+  const int bits = kv_.bits[size_t(l)];
+  DeviceKvCache& c = *cache_;
+
+  // BF16 copies of the matrix inputs come out of the kernel before (rmsnorm, swiglu), and
+  // the residual adds ride on the products' epilogue (y += x·Wᵀ).
+  rmsnorm(x_, w.attn_norm, h_, batch, s.n_embd, s.rms_eps, stream_, h16_);
+  mm(w.wq, h_, h16_, w.bq, q_, batch, s.n_embd, qd);
+  mm(w.wk, h_, h16_, w.bk, k_, batch, s.n_embd, kvd);
+  mm(w.wv, h_, h16_, w.bv, v_, batch, s.n_embd, kvd);
+  if (s.qk_norm) {
+    rmsnorm(q_, w.q_norm, q_, int64_t(batch) * s.n_heads, d, s.rms_eps, stream_);
+    rmsnorm(k_, w.k_norm, k_, int64_t(batch) * s.n_kv_heads, d, s.rms_eps, stream_);
+  }
+  rope(q_, pos_, inv_freq_, s.rope_position_scale, s.rope_interleaved, batch, s.n_heads, d, stream_);
+  rope(k_, pos_, inv_freq_, s.rope_position_scale, s.rope_interleaved, batch, s.n_kv_heads, d, stream_);
+
+  FpWriteParams wp;
+  wp.batch = batch, wp.n_tokens = 1, wp.n_kv_heads = s.n_kv_heads, wp.head_dim = d;
+  wp.pos = pos_, wp.k = k_, wp.v = v_, wp.rot_k = w.rot_k, wp.rot_v = w.rot_v;
+  wp.fp_k = c.fp_k(l), wp.fp_v = c.fp_v(l), wp.fp_blocks = fp_blocks_, wp.fp_blocks_stride = c.fp_stride();
+  write_fp_rows(wp, stream_);
+  if (bits != 0) {
+    DemoteParams dp;
+    dp.batch = batch, dp.n_kv_heads = s.n_kv_heads, dp.head_dim = d, dp.bits = bits, dp.group = kv_.group;
+    dp.sink = kv_.sink, dp.k_clip = kv_.k_clip[size_t(l)], dp.v_clip = kv_.v_clip[size_t(l)];
+    dp.max_rows = 1;  // the window moves by one token per step
+    dp.hist_from = demote_from_, dp.hist_to = demote_to_;
+    dp.fp_k = c.fp_k(l), dp.fp_v = c.fp_v(l), dp.fp_blocks = fp_blocks_, dp.fp_blocks_stride = c.fp_stride();
+    dp.hist_k = c.hist_k(l), dp.hist_v = c.hist_v(l), dp.hist_blocks = hist_blocks_;
+    dp.hist_blocks_stride = c.hist_stride();
+    demote_to_history(dp, stream_);
+  }
+  const float* q_att = q_;
+  if (w.rot_k) {
+    linear_->rotate(q_, w.rot_k, q_rot_, int64_t(batch) * s.n_heads, d);
+    q_att = q_rot_;
+  }
+  DecodeAttentionParams ap;
+  ap.batch = batch, ap.n_heads = s.n_heads, ap.n_kv_heads = s.n_kv_heads, ap.head_dim = d;
+  ap.bits = bits, ap.group = kv_.group, ap.sink = kv_.sink, ap.max_seq_len = bound;
+  ap.max_window_keys = bits == 0 ? 0 : std::min<int64_t>(bound, int64_t(kv_.sink) + kv_.window + kDecodeFpBlockTokens);
+  ap.tensor_cores = precision_ == GemmPrecision::bf16;  // f32: every key in f32 on the CUDA cores
+  ap.chunk_keys = decode_attention_default_chunk(ap, n_sm_);
+  ap.q = q_att, ap.seq_len = seq_len_, ap.hist_end = bits == 0 ? nullptr : hist_end_;
+  ap.fp_k = c.fp_k(l), ap.fp_v = c.fp_v(l), ap.fp_blocks = fp_blocks_, ap.fp_blocks_stride = c.fp_stride();
+  if (bits != 0) {
+    ap.hist_k = c.hist_k(l), ap.hist_v = c.hist_v(l), ap.hist_blocks = hist_blocks_;
+    ap.hist_blocks_stride = c.hist_stride();
+  }
+  ap.workspace = attn_workspace_, ap.out = att_;
+  decode_attention(ap, stream_);
+  const float* att = att_;
+  if (w.rot_v) {
+    linear_->rotate(att_, w.rot_v, att_rot_, int64_t(batch) * s.n_heads, d, /*transpose_r=*/true);
+    att = att_rot_;
+  }
+  mm(w.wo, att, nullptr, nullptr, x_, batch, qd, s.n_embd, /*accumulate=*/true);
+
+  rmsnorm(x_, w.ffn_norm, h_, batch, s.n_embd, s.rms_eps, stream_, h16_);
+  mm(w.w_gate, h_, h16_, nullptr, gate_, batch, s.n_embd, s.n_ff);
+  mm(w.w_up, h_, h16_, nullptr, up_, batch, s.n_embd, s.n_ff);
+  swiglu(gate_, up_, int64_t(batch) * s.n_ff, stream_, gate16_);
+  mm(w.w_down, gate_, gate16_, nullptr, x_, batch, s.n_ff, s.n_embd, /*accumulate=*/true);
+}
+
+std::vector<float> DeviceModel::download_logits(int batch) const {
+  std::vector<float> out(size_t(batch) * size_t(shape_.n_vocab));
+  check_cuda(cudaMemcpyAsync(out.data(), logits_, out.size() * 4, cudaMemcpyDeviceToHost, stream_), "download logits");
+  check_cuda(cudaStreamSynchronize(stream_), "download logits");
+  return out;
+}
+
+std::vector<int32_t> DeviceModel::download_next_ids(int batch) const {
+  std::vector<int32_t> out(static_cast<size_t>(batch));
+  check_cuda(cudaMemcpyAsync(out.data(), next_ids_, out.size() * 4, cudaMemcpyDeviceToHost, stream_), "download ids");
+  check_cuda(cudaStreamSynchronize(stream_), "download ids");
+  return out;
+}
+
+void DeviceModel::prefill_by_steps(int slot, const std::vector<int32_t>& tokens, std::vector<float>* all_logits) {
+  if (all_logits) all_logits->clear();
+  const std::vector<int> slots = {slot};
+  for (const int32_t tok : tokens) {
+    step(slots, {tok}, /*use_graph=*/true);
+    if (all_logits) {
+      const std::vector<float> row = download_logits(1);
+      all_logits->insert(all_logits->end(), row.begin(), row.end());
+    }
+  }
+}
+
+}  // namespace oscar::cuda

@@ -1,0 +1,153 @@
+// The decoder on the GPU (Llama / Qwen2 / Qwen3), the device twin of oscar::Transformer:
+// BF16 weights in device memory, cuBLAS products, the layer ops of elementwise.h, the KV
+// cache of device_kv_cache.h written by cache_write.h and read by decode_attention.h.
+// One step runs one new token for each of a batch of sequences (continuous batching: each
+// at its own length) and leaves the logits and the greedy next ids on the device; a step
+// can be captured once per batch shape as a CUDA graph and replayed.
+//
+// Self-contained like decode_attention.h (CUDA runtime and cuBLAS): the host side that
+// turns oscar::ModelWeights into HostModel lives with the engine.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "oscar/cuda/device_kv_cache.h"
+#include "oscar/cuda/device_memory.h"
+#include "oscar/cuda/linear.h"
+
+namespace oscar::cuda {
+
+struct ModelShape {
+  int n_layers = 0, n_embd = 0, n_ff = 0;
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int n_vocab = 0;
+  float rms_eps = 1e-6f;
+  bool qkv_bias = false;         // Qwen2
+  bool qk_norm = false;          // Qwen3: RMSNorm per head on q and k before RoPE
+  bool tied_embeddings = false;  // output projection = token_embd
+  bool rope_interleaved = false; // pairs (2i, 2i+1); false: NeoX pairs (i, i + d/2)
+  std::vector<double> rope_inv_freq;  // [head_dim / 2]
+  double rope_position_scale = 1.0;
+
+  void validate() const;  // throws std::runtime_error naming the field
+  size_t n_params() const;
+};
+
+// Weights on the host, row-major like oscar::ModelWeights: matrices as BF16 bits, norms
+// and biases f32 (empty when the model has none).
+struct HostLayer {
+  std::vector<uint16_t> wq, wk, wv, wo;  // [H·d, E], [Hkv·d, E] ×2, [E, H·d]
+  std::vector<uint16_t> w_gate, w_up;    // [F, E]
+  std::vector<uint16_t> w_down;          // [E, F]
+  std::vector<float> attn_norm, ffn_norm;  // [E]
+  std::vector<float> bq, bk, bv;           // [H·d], [Hkv·d] ×2
+  std::vector<float> q_norm, k_norm;       // [d]
+};
+struct HostModel {
+  ModelShape shape;
+  std::vector<uint16_t> token_embd;  // [V, E]
+  std::vector<uint16_t> output;      // [V, E]; empty when tied
+  std::vector<float> output_norm;    // [E]
+  std::vector<HostLayer> layers;
+};
+
+// How the matrix products run. bf16: activations cast to BF16, tensor cores, f32 sums (the
+// engine). f32: f32 copies of the (BF16-valued) weights and f32 activations, no TF32 — what
+// the CPU engine computes, for checking the GPU against it end to end; twice the memory.
+enum class GemmPrecision { bf16, f32 };
+
+class DeviceModel {
+ public:
+  // Uploads (checks every size against the shape; std::runtime_error naming the tensor).
+  DeviceModel(const HostModel& m, const KvFormat& kv, const KvCacheLimits& limits,
+              GemmPrecision precision = GemmPrecision::bf16);
+  // Random BF16 weights made on the device (benchmarks at real model shapes): matrices
+  // uniform in ±1/sqrt(n_in), norms 1, biases small.
+  static std::unique_ptr<DeviceModel> random(const ModelShape& shape, const KvFormat& kv,
+                                             const KvCacheLimits& limits, uint64_t seed);
+  ~DeviceModel();
+  DeviceModel(const DeviceModel&) = delete;
+  DeviceModel& operator=(const DeviceModel&) = delete;
+
+  const ModelShape& shape() const { return shape_; }
+  DeviceKvCache& cache() { return *cache_; }
+  const DeviceKvCache& cache() const { return *cache_; }
+  size_t weight_bytes() const { return weights_mem_.bytes(); }
+  cudaStream_t stream() const { return stream_; }
+
+  // One token for each sequence slot in `slots` (distinct, active), `tokens[i]` for
+  // slots[i] at position length(slots[i]). Afterwards logits() holds [B, V] f32 and
+  // next_ids() [B] greedy ids, on the device; both stay valid until the next step.
+  // use_graph: capture the step for this batch size and key-length bucket (a power of two
+  // ≥ 256, at most max_seq_len: it sizes the attention grid) on first use and replay it
+  // afterwards; the same step without a graph gives bitwise the same logits.
+  // Throws std::runtime_error, before anything runs, for a token id outside [0, V), a slot
+  // that is not active or appears twice, or a full cache (that sequence keeps its length).
+  void step(const std::vector<int>& slots, const std::vector<int32_t>& tokens, bool use_graph = false);
+  const float* logits() const { return logits_; }
+  const int32_t* next_ids() const { return next_ids_; }
+  // Copies (synchronizing the stream).
+  std::vector<float> download_logits(int batch) const;
+  std::vector<int32_t> download_next_ids(int batch) const;
+
+  // Prefill by steps: runs tokens one by one through step() for one slot, the keys each
+  // query sees exactly those decode would have shown it; logits of the last token (or of
+  // every token into *all_logits, [n, V]).
+  void prefill_by_steps(int slot, const std::vector<int32_t>& tokens, std::vector<float>* all_logits = nullptr);
+
+ private:
+  DeviceModel(const ModelShape& shape, const KvFormat& kv, const KvCacheLimits& limits, GemmPrecision precision);
+  void allocate_weights();
+  void make_f32_copies();
+  void allocate_activations();
+  void run_step(int batch, int64_t max_len);  // the kernels of one step (capturable)
+  void layer(int l, int batch, int64_t max_len);
+
+  struct Matrix {
+    uint16_t* bf16 = nullptr;
+    float* f32 = nullptr;  // GemmPrecision::f32 only
+  };
+  // y [m, n_out] = x [m, n_in] · Wᵀ (+ bias; y += … when accumulate) in the model's
+  // precision; x16: x already as BF16 (null: cast here).
+  void mm(const Matrix& w, const float* x, const uint16_t* x16, const float* bias, float* y, int64_t m, int n_in,
+          int n_out, bool accumulate = false);
+  struct LayerPtrs {
+    Matrix wq, wk, wv, wo, w_gate, w_up, w_down;
+    float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *rot_k, *rot_v;
+  };
+
+  ModelShape shape_;
+  KvFormat kv_;
+  cudaStream_t stream_ = nullptr;
+  DeviceMemory weights_mem_, act_mem_;
+  std::unique_ptr<DeviceKvCache> cache_;
+  std::unique_ptr<Linear> linear_;
+  std::vector<LayerPtrs> layers_;
+  GemmPrecision precision_;
+  uint16_t* token_embd_ = nullptr;
+  Matrix output_;
+  float* output_norm_ = nullptr;
+  double* inv_freq_ = nullptr;
+
+  // Per-step inputs (device, fixed addresses so graphs can replay them) and their host
+  // staging: ids, positions, lengths after the step, history ends, demotion ranges.
+  int max_batch_ = 0;
+  int32_t *d_inputs_ = nullptr, *h_inputs_ = nullptr;  // pinned
+  int32_t *ids_, *pos_, *seq_len_, *hist_end_, *demote_from_, *demote_to_, *bad_id_;
+  int32_t *fp_blocks_, *hist_blocks_, *slots_;  // batch tables gathered from the slot tables
+  // Activations for max_batch_ rows.
+  float *x_, *h_, *q_, *q_rot_, *k_, *v_, *att_, *att_rot_, *gate_, *up_, *logits_;
+  uint16_t *h16_, *gate16_;  // BF16 copies of h_ and the SwiGLU output (matrix inputs)
+  int32_t* next_ids_ = nullptr;
+  float* attn_workspace_ = nullptr;
+  size_t attn_workspace_bytes_ = 0;
+  int n_sm_ = 0;
+  std::map<std::pair<int, int64_t>, cudaGraphExec_t> graphs_;  // (batch, key bucket) → graph
+};
+
+}  // namespace oscar::cuda

@@ -1,0 +1,92 @@
+#include "oscar/cuda_engine/device_model_loader.h"
+
+#include <algorithm>
+
+#include "oscar/core/dtype.h"
+#include "oscar/core/error.h"
+#include "oscar/ops/rope.h"
+
+namespace oscar {
+namespace {
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
+  std::vector<uint16_t> y(x.size());
+  std::transform(x.begin(), x.end(), y.begin(), [](float f) { return f32_to_bf16(f).bits; });
+  return y;
+}
+
+int history_bits(KvQuant q, int layer) {
+  switch (q) {
+    case KvQuant::none:
+    case KvQuant::bf16_raw: return 0;
+    case KvQuant::int8: return 8;
+    case KvQuant::int4: return 4;
+    case KvQuant::int2: return 2;
+    default: fail("--device cuda: layer {} uses {} history, which the CUDA cache does not have (int2/int4/int8 and bf16 only)", layer, kv_quant_name(q));
+  }
+}
+
+}  // namespace
+
+cuda::ModelShape device_model_shape(const ModelConfig& c) {
+  if (c.head_dim != 64 && c.head_dim != 128)
+    fail("--device cuda: head_dim {} is not supported (64 or 128)", c.head_dim);
+  cuda::ModelShape s;
+  s.n_layers = c.n_layers, s.n_embd = c.n_embd, s.n_ff = c.n_ff;
+  s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads, s.head_dim = c.head_dim, s.n_vocab = c.n_vocab;
+  s.rms_eps = c.rms_eps, s.qkv_bias = c.qkv_bias, s.qk_norm = c.qk_norm, s.tied_embeddings = c.tied_embeddings;
+  const RopeFreqs f = rope_freqs(c);
+  s.rope_interleaved = f.style == RopeStyle::interleaved;
+  s.rope_inv_freq = f.inv_freq;
+  s.rope_position_scale = f.position_scale;
+  return s;
+}
+
+cuda::HostModel device_host_model(const Transformer& t) {
+  const ModelWeights& w = t.weights();
+  cuda::HostModel m;
+  m.shape = device_model_shape(w.config);
+  m.token_embd = to_bf16(w.token_embd);
+  if (!w.config.tied_embeddings) m.output = to_bf16(w.output.empty() ? w.token_embd : w.output);
+  m.output_norm = w.output_norm;
+  for (const LayerWeights& l : w.layers) {
+    cuda::HostLayer h;
+    h.wq = to_bf16(l.wq), h.wk = to_bf16(l.wk), h.wv = to_bf16(l.wv), h.wo = to_bf16(l.wo);
+    h.w_gate = to_bf16(l.w_gate), h.w_up = to_bf16(l.w_up), h.w_down = to_bf16(l.w_down);
+    h.attn_norm = l.attn_norm, h.ffn_norm = l.ffn_norm;
+    h.bq = l.bq, h.bk = l.bk, h.bv = l.bv, h.q_norm = l.q_norm, h.k_norm = l.k_norm;
+    m.layers.push_back(std::move(h));
+  }
+  return m;
+}
+
+cuda::KvFormat device_kv_format(const Transformer& t) {
+  const KvSpec& spec = t.kv_spec();
+  const ModelConfig& c = t.config();
+  if (spec.dtype != KvDtype::bf16) fail("--device cuda: the KV cache must be bf16 (not {})", spec.mode);
+  if (spec.k_bias_split && c.qkv_bias)
+    fail("--device cuda: --k-bias-split is not supported by the CUDA cache yet (add --no-k-bias-split)");
+  cuda::KvFormat f;
+  f.sink = spec.sink;
+  f.window = spec.recent;
+  f.group = std::min(spec.group, c.head_dim);
+  const bool quantized = spec.quantized();
+  bool any_rot_v = false;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const KvQuant q = quantized ? t.k_history_format(l).quant : KvQuant::none;
+    f.bits.push_back(history_bits(q, l));
+    if (quantized && history_bits(t.v_history_format(l).quant, l) != f.bits.back())
+      fail("--device cuda: layer {} stores K and V in different formats", l);
+    f.k_clip.push_back(quantized ? t.k_history_format(l).clip : 0.0f);
+    f.v_clip.push_back(quantized ? t.v_history_format(l).clip : 0.0f);
+    if (quantized && f.bits.back() != 0 && t.k_history_format(l).group != f.group)
+      fail("--device cuda: layer {} has group {}, the cache {}", l, t.k_history_format(l).group, f.group);
+    f.rot_k.push_back(t.kv_rotator().k_matrix(l));
+    f.rot_v.push_back(t.kv_rotator().v_matrix(l));
+    any_rot_v = any_rot_v || !f.rot_v.back().empty();
+  }
+  if (!any_rot_v) f.rot_v.clear();
+  return f;
+}
+
+}  // namespace oscar

@@ -1,0 +1,18 @@
+// The bridge from the CPU engine to the CUDA backend: a configured oscar::Transformer's
+// shape, weights (BF16, with R_V already absorbed when configure_kv absorbed it) and KV
+// format as the plain structs of oscar/cuda/device_model.h. Built only with CUDA.
+#pragma once
+#include "oscar/cuda/device_model.h"
+#include "oscar/model/transformer.h"
+
+namespace oscar {
+
+cuda::ModelShape device_model_shape(const ModelConfig& c);
+// Every weight matrix rounded to BF16 (nearest even); norms and biases stay f32.
+cuda::HostModel device_host_model(const Transformer& t);
+// Windows, group, per-layer bits and clips, and rotation matrices of t's KV format.
+// Throws oscar::Error for what the device cache lacks: an f32 cache, Lloyd-Max or KIVI
+// history, --k-bias-split, head_dim other than 64 or 128.
+cuda::KvFormat device_kv_format(const Transformer& t);
+
+}  // namespace oscar
