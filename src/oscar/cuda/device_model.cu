@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "oscar/cuda/attention_prologue.h"
 #include "oscar/cuda/cache_write.h"
 #include "oscar/cuda/decode_attention.h"
 #include "oscar/cuda/elementwise.h"
@@ -416,18 +417,15 @@ void DeviceModel::layer(int l, int batch, int64_t bound) {
   mm(w.wq, h_, h16_, w.bq, q_, batch, s.n_embd, qd);
   mm(w.wk, h_, h16_, w.bk, k_, batch, s.n_embd, kvd);
   mm(w.wv, h_, h16_, w.bv, v_, batch, s.n_embd, kvd);
-  if (s.qk_norm) {
-    rmsnorm(q_, w.q_norm, q_, int64_t(batch) * s.n_heads, d, s.rms_eps, stream_);
-    rmsnorm(k_, w.k_norm, k_, int64_t(batch) * s.n_kv_heads, d, s.rms_eps, stream_);
-  }
-  rope(q_, pos_, inv_freq_, s.rope_position_scale, s.rope_interleaved, batch, s.n_heads, d, stream_);
-  rope(k_, pos_, inv_freq_, s.rope_position_scale, s.rope_interleaved, batch, s.n_kv_heads, d, stream_);
-
-  FpWriteParams wp;
-  wp.batch = batch, wp.n_tokens = 1, wp.n_kv_heads = s.n_kv_heads, wp.head_dim = d;
-  wp.pos = pos_, wp.k = k_, wp.v = v_, wp.rot_k = w.rot_k, wp.rot_v = w.rot_v;
-  wp.fp_k = c.fp_k(l), wp.fp_v = c.fp_v(l), wp.fp_blocks = fp_blocks_, wp.fp_blocks_stride = c.fp_stride();
-  write_fp_rows(wp, stream_);
+  // q/k norm, RoPE, R_K (q and k), R_V (v) and the K/V rows into their fp pages: one launch.
+  AttentionPrologueParams pp;
+  pp.batch = batch, pp.n_heads = s.n_heads, pp.n_kv_heads = s.n_kv_heads, pp.head_dim = d;
+  pp.pos = pos_, pp.q = q_, pp.k = k_, pp.v = v_;
+  pp.q_norm = s.qk_norm ? w.q_norm : nullptr, pp.k_norm = s.qk_norm ? w.k_norm : nullptr, pp.eps = s.rms_eps;
+  pp.inv_freq = inv_freq_, pp.position_scale = s.rope_position_scale, pp.interleaved = s.rope_interleaved;
+  pp.rot_k = w.rot_k, pp.rot_v = w.rot_v, pp.q_out = q_rot_;
+  pp.fp_k = c.fp_k(l), pp.fp_v = c.fp_v(l), pp.fp_blocks = fp_blocks_, pp.fp_blocks_stride = c.fp_stride();
+  attention_prologue(pp, stream_);
   if (bits != 0) {
     DemoteParams dp;
     dp.batch = batch, dp.n_kv_heads = s.n_kv_heads, dp.head_dim = d, dp.bits = bits, dp.group = kv_.group;
@@ -439,18 +437,13 @@ void DeviceModel::layer(int l, int batch, int64_t bound) {
     dp.hist_blocks_stride = c.hist_stride();
     demote_to_history(dp, stream_);
   }
-  const float* q_att = q_;
-  if (w.rot_k) {
-    linear_->rotate(q_, w.rot_k, q_rot_, int64_t(batch) * s.n_heads, d);
-    q_att = q_rot_;
-  }
   DecodeAttentionParams ap;
   ap.batch = batch, ap.n_heads = s.n_heads, ap.n_kv_heads = s.n_kv_heads, ap.head_dim = d;
   ap.bits = bits, ap.group = kv_.group, ap.sink = kv_.sink, ap.max_seq_len = bound;
   ap.max_window_keys = bits == 0 ? 0 : std::min<int64_t>(bound, int64_t(kv_.sink) + kv_.window + kDecodeFpBlockTokens);
   ap.tensor_cores = precision_ == GemmPrecision::bf16;  // f32: every key in f32 on the CUDA cores
   ap.chunk_keys = decode_attention_default_chunk(ap, n_sm_);
-  ap.q = q_att, ap.seq_len = seq_len_, ap.hist_end = bits == 0 ? nullptr : hist_end_;
+  ap.q = q_rot_, ap.seq_len = seq_len_, ap.hist_end = bits == 0 ? nullptr : hist_end_;
   ap.fp_k = c.fp_k(l), ap.fp_v = c.fp_v(l), ap.fp_blocks = fp_blocks_, ap.fp_blocks_stride = c.fp_stride();
   if (bits != 0) {
     ap.hist_k = c.hist_k(l), ap.hist_v = c.hist_v(l), ap.hist_blocks = hist_blocks_;

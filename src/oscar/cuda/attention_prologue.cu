@@ -1,0 +1,109 @@
+// Fused q/k norm, RoPE, rotations and the K/V row write of one decode step
+// (attention_prologue.h).
+#include "oscar/cuda/attention_prologue.h"
+
+#include <cuda_bf16.h>
+
+#include <string>
+
+#include "oscar/cuda/host_checks.h"
+
+namespace oscar::cuda {
+namespace {
+
+using detail::check_launch;
+using detail::fail;
+
+constexpr int kPageTokens = 16;
+
+// RMSNorm of the CTA's row (one value per thread, d threads), sum of squares in double as
+// rmsnorm does.
+__device__ float norm_value(float x, const float* w, int d, float eps, double* red) {
+  double ss = double(x) * double(x);
+  for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) red[warp] = ss;
+  __syncthreads();
+  double total = 0.0;
+  for (int i = 0; i < d / 32; ++i) total += red[i];
+  const float inv = float(1.0 / sqrt(total / double(d) + double(eps)));
+  return x * inv * w[threadIdx.x];
+}
+
+// RoPE of the CTA's row, staged in `row`: this thread's element of its pair.
+__device__ float rope_value(float x, float* row, int d, double angle_pos, const double* inv_freq, bool interleaved) {
+  const int e = threadIdx.x, half = d / 2;
+  row[e] = x;
+  __syncthreads();
+  const int i = interleaved ? e / 2 : e % half;
+  const bool first = interleaved ? e % 2 == 0 : e < half;
+  const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+  double s, c;
+  sincos(angle_pos * inv_freq[i], &s, &c);
+  const float cs = float(c), sn = float(s), x0 = row[a], x1 = row[b];
+  __syncthreads();  // row is reused
+  return first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
+}
+
+// Element e of row·R (R row-major [d, d]), the row staged in shared memory.
+__device__ float rotate_value(float x, float* row, const float* R, int d) {
+  const int e = threadIdx.x;
+  row[e] = x;
+  __syncthreads();
+  float acc = 0.0f;
+#pragma unroll 16
+  for (int i = 0; i < d; ++i) acc = fmaf(row[i], R[int64_t(i) * d + e], acc);
+  __syncthreads();
+  return acc;
+}
+
+__device__ uint16_t bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+
+// grid (n_heads + n_kv_heads, B), d threads: query heads first, then KV heads (K and V).
+__global__ void prologue_kernel(const AttentionPrologueParams p) {
+  __shared__ float row[128];
+  __shared__ double red[4];
+  const int h = blockIdx.x, b = blockIdx.y, e = threadIdx.x, d = p.head_dim;
+  const int t = p.pos[b];
+  const double angle_pos = double(t) * p.position_scale;
+  if (h < p.n_heads) {
+    const int64_t at = (int64_t(b) * p.n_heads + h) * d + e;
+    float x = p.q[at];
+    if (p.q_norm) x = norm_value(x, p.q_norm, d, p.eps, red);
+    x = rope_value(x, row, d, angle_pos, p.inv_freq, p.interleaved);
+    if (p.rot_k) x = rotate_value(x, row, p.rot_k, d);
+    p.q_out[at] = x;
+    return;
+  }
+  const int kvh = h - p.n_heads;
+  const int64_t at = (int64_t(b) * p.n_kv_heads + kvh) * d + e;
+  float k = p.k[at], v = p.v[at];
+  if (p.k_norm) k = norm_value(k, p.k_norm, d, p.eps, red);
+  k = rope_value(k, row, d, angle_pos, p.inv_freq, p.interleaved);
+  if (p.rot_k) k = rotate_value(k, row, p.rot_k, d);
+  if (p.rot_v) v = rotate_value(v, row, p.rot_v, d);
+  const int page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + t / kPageTokens];
+  if (page < 0) return;  // a released page: refused on the host side of a correct caller
+  const int64_t dst = ((int64_t(page) * p.n_kv_heads + kvh) * kPageTokens + t % kPageTokens) * d + e;
+  p.fp_k[dst] = bf16_bits(k);
+  p.fp_v[dst] = bf16_bits(v);
+}
+
+}  // namespace
+
+void attention_prologue(const AttentionPrologueParams& p, cudaStream_t stream) {
+  const char* what = "attention_prologue";
+  if (p.batch < 0 || p.batch > 65535) fail(what, "batch " + std::to_string(p.batch) + " outside [0, 65535]");
+  if (p.head_dim != 64 && p.head_dim != 128) fail(what, "head_dim " + std::to_string(p.head_dim) + " (64 or 128)");
+  if (p.n_heads <= 0 || p.n_kv_heads <= 0 || p.n_heads + p.n_kv_heads > 65535) fail(what, "head counts out of range");
+  if (p.fp_blocks_stride <= 0) fail(what, "fp_blocks_stride must be positive");
+  if (p.batch == 0) return;
+  if (!p.pos || !p.q || !p.k || !p.v || !p.inv_freq || !p.q_out || !p.fp_k || !p.fp_v || !p.fp_blocks)
+    fail(what, "a required pointer is null");
+  if (!p.q_norm != !p.k_norm) fail(what, "q_norm and k_norm come together");
+  const dim3 grid(unsigned(p.n_heads + p.n_kv_heads), unsigned(p.batch));
+  prologue_kernel<<<grid, unsigned(p.head_dim), 0, stream>>>(p);
+  check_launch(what);
+}
+
+}  // namespace oscar::cuda

@@ -1,0 +1,208 @@
+// The fused attention prologue (attention_prologue.h) against a host reference in double
+// that applies the formulas in order (q/k RMSNorm per head, RoPE at the token's position,
+// x·R_K for q and k, v·R_V), on fresh random inputs: the query rows within 1e-5·‖row‖ per
+// element (f32 arithmetic on O(1) values), the K/V rows as BF16 within one BF16 step of the
+// reference (2^-7 relative: an f32 value near a rounding midpoint may round either way,
+// + 1e-6·‖row‖ for the f32 sums), every other cached row still
+// poison. A self-check: the reference at position + 1 must fail.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "oscar/cuda/attention_prologue.h"
+
+namespace {
+
+using namespace oscar_cuda_test;
+
+constexpr int kPage = 16;
+constexpr uint16_t kPoison = 0xFFFF;  // a NaN pattern no BF16 write produces here
+
+struct Case {
+  int batch, n_heads, n_kv, d;
+  bool qk_norm, interleaved, rot_k, rot_v;
+};
+
+std::vector<float> normal_vec(size_t n, std::mt19937& rng, float sd) {
+  std::normal_distribution<float> g(0.0f, sd);
+  std::vector<float> v(n);
+  for (float& x : v) x = g(rng);
+  return v;
+}
+
+// Row-major orthogonal d×d (Gram–Schmidt of a random matrix, in double).
+std::vector<float> orthogonal(int d, std::mt19937& rng) {
+  std::normal_distribution<double> g;
+  std::vector<double> m(size_t(d) * d);
+  for (double& x : m) x = g(rng);
+  for (int i = 0; i < d; ++i) {
+    for (int j = 0; j < i; ++j) {
+      double dot = 0;
+      for (int k = 0; k < d; ++k) dot += m[size_t(i) * d + k] * m[size_t(j) * d + k];
+      for (int k = 0; k < d; ++k) m[size_t(i) * d + k] -= dot * m[size_t(j) * d + k];
+    }
+    double n = 0;
+    for (int k = 0; k < d; ++k) n += m[size_t(i) * d + k] * m[size_t(i) * d + k];
+    for (int k = 0; k < d; ++k) m[size_t(i) * d + k] /= std::sqrt(n);
+  }
+  return std::vector<float>(m.begin(), m.end());
+}
+
+// The reference for one row: norm (w may be empty), RoPE (rope: false skips), rotation.
+std::vector<double> reference_row(const float* x, int d, const std::vector<float>& w, float eps, bool rope, double p,
+                                  const std::vector<double>& inv_freq, bool interleaved, const std::vector<float>& R) {
+  std::vector<double> y(x, x + d);
+  if (!w.empty()) {
+    double ss = 0;
+    for (double v : y) ss += v * v;
+    const double inv = 1.0 / std::sqrt(ss / d + double(eps));
+    for (int i = 0; i < d; ++i) y[size_t(i)] *= inv * double(w[size_t(i)]);
+  }
+  if (rope)
+    for (int i = 0; i < d / 2; ++i) {
+      const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + d / 2;
+      const double c = std::cos(p * inv_freq[size_t(i)]), s = std::sin(p * inv_freq[size_t(i)]);
+      const double x0 = y[size_t(a)], x1 = y[size_t(b)];
+      y[size_t(a)] = x0 * c - x1 * s;
+      y[size_t(b)] = x0 * s + x1 * c;
+    }
+  if (!R.empty()) {
+    std::vector<double> z(size_t(d), 0.0);
+    for (int i = 0; i < d; ++i)
+      for (int j = 0; j < d; ++j) z[size_t(j)] += y[size_t(i)] * double(R[size_t(i) * d + j]);
+    y = z;
+  }
+  return y;
+}
+
+double norm2(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s);
+}
+
+// Worst error over the case, in units of the tolerance (≤ 1 passes); pos_shift moves the
+// reference's positions (the self-check).
+double run_case(const Case& c, uint32_t seed, int pos_shift, std::string* detail) {
+  std::mt19937 rng(seed);
+  const int B = c.batch, H = c.n_heads, Hkv = c.n_kv, d = c.d;
+  const std::vector<float> q = normal_vec(size_t(B) * H * d, rng, 2.0f), k = normal_vec(size_t(B) * Hkv * d, rng, 2.0f),
+                           v = normal_vec(size_t(B) * Hkv * d, rng, 1.0f);
+  std::vector<float> qn, kn, rk, rv;
+  if (c.qk_norm) {
+    qn = normal_vec(size_t(d), rng, 0.3f), kn = normal_vec(size_t(d), rng, 0.3f);
+    for (float& x : qn) x += 1.0f;
+    for (float& x : kn) x += 1.0f;
+  }
+  if (c.rot_k) rk = orthogonal(d, rng);
+  if (c.rot_v) rv = orthogonal(d, rng);
+  std::vector<double> inv_freq(size_t(d / 2));
+  for (int i = 0; i < d / 2; ++i) inv_freq[size_t(i)] = std::pow(1e6, -2.0 * i / d);
+  const double scale = 0.5;
+  // Positions up to 200K (large angles), each sequence its own page of a pool of 2B + 1.
+  std::vector<int32_t> pos(static_cast<size_t>(B));
+  constexpr int kMaxPos = 200000;
+  const int stride = kMaxPos / kPage + 1;
+  std::vector<int32_t> table(size_t(B) * stride, -1);
+  std::uniform_int_distribution<int32_t> pick(0, kMaxPos);
+  for (int b = 0; b < B; ++b) {
+    pos[size_t(b)] = b == 0 ? 2 * kPage + 15 : pick(rng);  // one small position, the others anywhere
+    table[size_t(b) * stride + size_t(pos[size_t(b)] / kPage)] = 2 * b + 1;
+  }
+  const int n_pages = 2 * B + 1;
+  const size_t pool = size_t(n_pages) * Hkv * kPage * d;
+  DeviceBuffer d_pos = DeviceBuffer::from(pos), d_q = DeviceBuffer::from(q), d_k = DeviceBuffer::from(k),
+               d_v = DeviceBuffer::from(v), d_qn = DeviceBuffer::from(qn), d_kn = DeviceBuffer::from(kn),
+               d_rk = DeviceBuffer::from(rk), d_rv = DeviceBuffer::from(rv), d_if = DeviceBuffer::from(inv_freq),
+               d_table = DeviceBuffer::from(table);
+  DeviceBuffer d_qo = DeviceBuffer::from(std::vector<float>(q.size(), NAN));
+  DeviceBuffer d_fk = DeviceBuffer::from(std::vector<uint16_t>(pool, kPoison)),
+               d_fv = DeviceBuffer::from(std::vector<uint16_t>(pool, kPoison));
+  oscar::cuda::AttentionPrologueParams p;
+  p.batch = B, p.n_heads = H, p.n_kv_heads = Hkv, p.head_dim = d;
+  p.pos = d_pos.as<int32_t>(), p.q = d_q.as<float>(), p.k = d_k.as<float>(), p.v = d_v.as<float>();
+  p.q_norm = c.qk_norm ? d_qn.as<float>() : nullptr, p.k_norm = c.qk_norm ? d_kn.as<float>() : nullptr;
+  p.eps = 1e-6f, p.inv_freq = d_if.as<double>(), p.position_scale = scale, p.interleaved = c.interleaved;
+  p.rot_k = c.rot_k ? d_rk.as<float>() : nullptr, p.rot_v = c.rot_v ? d_rv.as<float>() : nullptr;
+  p.q_out = d_qo.as<float>(), p.fp_k = d_fk.as<uint16_t>(), p.fp_v = d_fv.as<uint16_t>();
+  p.fp_blocks = d_table.as<int32_t>(), p.fp_blocks_stride = stride;
+  oscar::cuda::attention_prologue(p);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const auto qo = download<float>(d_qo, q.size());
+  const auto fk = download<uint16_t>(d_fk, pool), fv = download<uint16_t>(d_fv, pool);
+
+  double worst = 0.0;
+  auto note = [&](double e, const std::string& where) {
+    if (!(e <= worst)) {
+      worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+      *detail = where;
+    }
+  };
+  std::vector<bool> written(pool / size_t(d), false);
+  for (int b = 0; b < B; ++b) {
+    const double pp = double(pos[size_t(b)] + pos_shift) * scale;
+    for (int h = 0; h < H; ++h) {
+      const size_t at = (size_t(b) * H + h) * d;
+      const auto want = reference_row(q.data() + at, d, qn, 1e-6f, true, pp, inv_freq, c.interleaved, rk);
+      const double tol = 1e-5 * norm2(want);
+      for (int e = 0; e < d; ++e) note(std::fabs(double(qo[at + size_t(e)]) - want[size_t(e)]) / tol, "q row");
+    }
+    const int page = 2 * b + 1, t = pos[size_t(b)];
+    for (int h = 0; h < Hkv; ++h) {
+      const size_t at = (size_t(b) * Hkv + h) * d;
+      const size_t row = (size_t(page) * Hkv + h) * kPage + size_t(t % kPage);
+      written[row] = true;
+      const auto wk = reference_row(k.data() + at, d, kn, 1e-6f, true, pp, inv_freq, c.interleaved, rk);
+      const auto wv = reference_row(v.data() + at, d, {}, 0.0f, false, 0.0, inv_freq, false, rv);
+      for (const auto& [want, got] : {std::pair{&wk, &fk}, std::pair{&wv, &fv}}) {
+        const double floor = 1e-6 * norm2(*want);
+        for (int e = 0; e < d; ++e) {
+          const double g = bf16_to_f32((*got)[row * d + size_t(e)]), w = (*want)[size_t(e)];
+          note(std::fabs(g - w) / (std::fabs(w) * 0x1p-7 + floor), got == &fk ? "k row" : "v row");
+        }
+      }
+    }
+  }
+  for (size_t r = 0; r < written.size(); ++r)
+    if (!written[r])
+      for (int e = 0; e < d; ++e)
+        if (fk[r * d + size_t(e)] != kPoison || fv[r * d + size_t(e)] != kPoison) note(INFINITY, "a row that is not the token's was written");
+  return worst;
+}
+
+}  // namespace
+
+namespace oscar_cuda_test {
+
+void run_attention_prologue_tests(uint32_t seed) {
+  const Case cases[] = {
+      {1, 32, 8, 128, true, false, true, false},  // Qwen3 shape, OSCAR (R_V absorbed)
+      {3, 4, 2, 64, false, true, false, false},   // Llama GGUF (interleaved), BF16 KV
+      {5, 6, 1, 128, false, false, true, true},   // Qwen2.5 GQA 6, Hadamard-like (both rotations)
+      {2, 8, 8, 64, true, true, true, true},      // MHA, everything
+  };
+  for (const Case& c : cases) {
+    std::string detail;
+    const double e = run_case(c, seed++, 0, &detail);
+    const std::string name = "attention_prologue B" + std::to_string(c.batch) + " H" + std::to_string(c.n_heads) +
+                             "/" + std::to_string(c.n_kv) + " d" + std::to_string(c.d) + (c.qk_norm ? " qk-norm" : "") +
+                             (c.interleaved ? " interleaved" : " neox") + (c.rot_k ? " R_K" : "") +
+                             (c.rot_v ? " R_V" : "");
+    char line[300];
+    std::snprintf(line, sizeof line, "%s: worst error %.3f of the tolerance (%s)", name.c_str(), e, detail.c_str());
+    report(e <= 1.0, line);
+  }
+  std::string detail;
+  const double shifted = run_case(cases[0], seed, /*pos_shift=*/1, &detail);
+  report(shifted > 1.0, "attention_prologue self-check: reference one position later fails (" + std::to_string(shifted) + " of the tolerance)");
+  oscar::cuda::AttentionPrologueParams bad;
+  bad.batch = 1, bad.n_heads = 4, bad.n_kv_heads = 2, bad.head_dim = 96, bad.fp_blocks_stride = 1;
+  const std::string msg = error_of([&] { oscar::cuda::attention_prologue(bad); });
+  report(msg.find("head_dim 96") != std::string::npos, "attention_prologue refuses head_dim 96: " + msg);
+}
+
+}  // namespace oscar_cuda_test
