@@ -46,7 +46,7 @@ GenerationStats generate_on_device(LoadedModel& m, int64_t capacity, const std::
   const bool greedy = sampler.params().temperature <= 0.0f && sampler.params().repeat_penalty == 1.0f;
   std::vector<int32_t> history(prompt);
   auto t0 = std::chrono::steady_clock::now();
-  dm->prefill_by_steps(slot, prompt);
+  dm->prefill(slot, prompt);
   st.n_prompt = int64_t(prompt.size());
   auto next = [&]() -> int32_t {
     if (greedy) return dm->download_next_ids(1)[0];

@@ -192,7 +192,7 @@ double copy_gbps(int iters) {
 }
 
 struct Row {
-  std::string kind;  // "latency" | "throughput"
+  std::string kind;  // "latency" | "throughput" | "prefill"
   std::string kv;
   int batch = 0;
   int64_t seq = 0;   // tokens in each sequence's cache before the first step
@@ -205,6 +205,7 @@ struct Row {
 
 struct Options {
   std::vector<int64_t> lat_t = {8192, 32768, 131072};
+  std::vector<int64_t> prefill_t = {4096};  // prompt lengths for "prefill" rows (empty: none)
   int64_t tput_t = 32768;
   std::vector<KvSpec> kvs = {{"bf16", 0}, {"int2-oscar", 2}};
   int steps = 32, warmup = 4, max_batch = 128;
@@ -269,6 +270,40 @@ Row run_config(const std::string& kind, const KvSpec& spec, int batch, int64_t s
     DeviceKvCache& cache = model->cache();
     const cudaStream_t stream = model->stream();
 
+    if (kind == "prefill") {  // a prompt of `seq` tokens into an empty cache, B = 1
+      std::mt19937 prng(uint32_t(o.seed) + uint32_t(seq));
+      std::uniform_int_distribution<int32_t> tok(0, shape.n_vocab - 1);
+      std::vector<int32_t> prompt(static_cast<size_t>(seq));
+      for (int32_t& t : prompt) t = tok(prng);
+      cudaEvent_t p0, p1;
+      CHECK_CUDA(cudaEventCreate(&p0));
+      CHECK_CUDA(cudaEventCreate(&p1));
+      std::vector<float> times;
+      for (int r = 0; r < 3; ++r) {  // the first is a warm-up
+        const int slot = cache.add_sequence();
+        CHECK_CUDA(cudaEventRecord(p0, stream));
+        model->prefill(slot, prompt);
+        CHECK_CUDA(cudaEventRecord(p1, stream));
+        CHECK_CUDA(cudaEventSynchronize(p1));
+        float t = 0.f;
+        CHECK_CUDA(cudaEventElapsedTime(&t, p0, p1));
+        if (r > 0) times.push_back(t);
+        cache.remove_sequence(slot);
+      }
+      CHECK_CUDA(cudaEventDestroy(p0));
+      CHECK_CUDA(cudaEventDestroy(p1));
+      row.batch = 1;
+      row.steps = 2;
+      row.ms = median(times);
+      row.wall_ms = row.ms;
+      row.tokens_per_s = double(seq) * 1000.0 / row.ms;
+      row.kv_bytes_per_seq = cache.bytes_for_length(seq);
+      row.kv_bf16_bytes_per_seq = cache.bf16_bytes_for_length(seq);
+      row.weight_bytes = model->weight_bytes();
+      row.note = "prompt of T tokens into an empty cache, launches of 256 tokens; compute-bound: no roofline";
+      row.measured = true;
+      return row;
+    }
     std::vector<int> slots(static_cast<size_t>(batch));
     for (int b = 0; b < batch; ++b) {
       slots[size_t(b)] = cache.add_sequence();
@@ -421,9 +456,9 @@ void usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--json PATH] [--commit SHA] [--steps N>=5] [--warmup N>=1] [--t T1,T2,...]\n"
                "          [--kv bf16,int2-oscar,int4-oscar] [--only-latency | --only-throughput]\n"
-               "          [--budget-gib X] [--max-batch N] [--tput-t T] [--seed S]\n"
+               "          [--budget-gib X] [--max-batch N] [--tput-t T] [--prefill-t T1,...|none] [--seed S]\n"
                "defaults: --steps 32 --warmup 4 --t 8192,32768,131072 --kv bf16,int2-oscar --budget-gib 40\n"
-               "          --max-batch 128 --tput-t 32768; commit from OSCAR_COMMIT when --commit is absent\n",
+               "          --max-batch 128 --tput-t 32768 --prefill-t 4096 (with the latency rows); commit from OSCAR_COMMIT when --commit is absent\n",
                argv0);
 }
 
@@ -445,6 +480,11 @@ int main(int argc, char** argv) {
     else if (a == "--warmup" && has) o.warmup = std::max(1, std::atoi(argv[++i]));
     else if (a == "--t" && has) {
       if (!parse_list(argv[++i], &o.lat_t)) { usage(argv[0]); return 2; }
+    }
+    else if (a == "--prefill-t" && has) {
+      const std::string v = argv[++i];
+      o.prefill_t.clear();
+      if (v != "none" && !parse_list(v, &o.prefill_t)) { usage(argv[0]); return 2; }
     }
     else if (a == "--kv" && has) {
       if (!parse_kvs(argv[++i], &o.kvs)) { usage(argv[0]); return 2; }
@@ -506,6 +546,12 @@ int main(int argc, char** argv) {
     for (int64_t t : o.lat_t)
       for (const KvSpec& kv : o.kvs) {
         rows.push_back(run_config("latency", kv, 1, t, o, shape, copy, &rot_err));
+        print_row(rows.back());
+      }
+  if (o.latency)
+    for (int64_t t : o.prefill_t)
+      for (const KvSpec& kv : o.kvs) {
+        rows.push_back(run_config("prefill", kv, 1, t, o, shape, copy, &rot_err));
         print_row(rows.back());
       }
   if (o.throughput)

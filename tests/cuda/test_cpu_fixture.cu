@@ -136,7 +136,8 @@ void run_fixture(const std::string& name, const Fixture& f, GemmPrecision precis
   const double max_rel = exact ? (quantized ? 1e-2 : 1e-3) : (quantized ? 1.5e-1 : 2e-2);
   const double min_top1 = exact ? 0.98 : 0.90;
   KvCacheLimits limits;
-  limits.max_seqs = 2;
+  limits.max_seqs = 3;
+  limits.prefill_chunk = 48;  // 120 tokens in three launches of different sizes
   limits.max_seq_len = int64_t(n) + 8;
   DeviceModel m(f.model, f.kv, limits, precision);
   const int a = m.cache().add_sequence(), b = m.cache().add_sequence();
@@ -160,6 +161,15 @@ void run_fixture(const std::string& name, const Fixture& f, GemmPrecision precis
                 "same top-1 %.3f / %.3f (≥ %.2f)",
                 name.c_str(), exact ? "f32" : "bf16", n, ea.rel_l2, eb.rel_l2, max_rel, ea.top1, eb.top1, min_top1);
   report(ea.rel_l2 <= max_rel && eb.rel_l2 <= max_rel && ea.top1 >= min_top1 && eb.top1 >= min_top1, line);
+  // Prefill (rows of a launch each with its own view of the keys) on a third slot.
+  std::vector<float> got_c;
+  m.prefill(m.cache().add_sequence(), f.tokens, &got_c);
+  const Agreement ec = agree(got_c, f.logits.data(), n, V), ec_steps = agree(got_c, got_a.data(), n, V);
+  std::snprintf(line, sizeof line,
+                "cpu fixture %s, %s products: prefill in launches of 48 vs CPU: rel L2 %.2e (≤ %.0e), same top-1 "
+                "%.3f; vs the same tokens by steps: rel L2 %.2e",
+                name.c_str(), exact ? "f32" : "bf16", ec.rel_l2, max_rel, ec.top1, ec_steps.rel_l2);
+  report(ec.rel_l2 <= max_rel && ec.top1 >= min_top1, line);
   // The comparison can fail: the CPU logits one position later must not pass.
   const Agreement shifted = agree(got_a, f.logits.data() + V, n - 1, V);
   std::snprintf(line, sizeof line, "cpu fixture %s: self-check, logits of the next position: rel L2 %.2e (> %.0e)",

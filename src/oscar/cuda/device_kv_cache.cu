@@ -102,9 +102,12 @@ DeviceKvCache::DeviceKvCache(int n_layers, int n_kv_heads, int head_dim, const K
   hist_stride_ = int(std::max<int64_t>(1, ceil_div(std::max<int64_t>(0, limits.max_seq_len - fmt.sink), kPage)));
   // During a step a sequence may hold one page more than after it (the new token's page
   // comes before the released one goes), and the count wobbles by one along the way.
+  if (limits.prefill_chunk <= 0) fail(what, "prefill_chunk must be positive");
+  // A prefill launch holds its tokens' pages until it ends: prefill_chunk / 16 + 1 more.
   if (limits_.fp_pages <= 0)
-    limits_.fp_pages = limits.max_seqs * std::min(ceil_div(limits.max_seq_len, kPage),
-                                                  fp_pages_for_length(limits.max_seq_len) + 2);
+    limits_.fp_pages =
+        limits.max_seqs * std::min(ceil_div(limits.max_seq_len, kPage),
+                                   fp_pages_for_length(limits.max_seq_len) + 3 + limits.prefill_chunk / kPage);
   if (limits_.hist_pages <= 0)
     limits_.hist_pages = fmt.any_history() ? limits.max_seqs * hist_pages_for_length(limits.max_seq_len) : 0;
 
@@ -230,39 +233,46 @@ void DeviceKvCache::set_entry(bool hist, int slot, int64_t i, int32_t page) {
   if (e != cudaSuccess) fail("DeviceKvCache", std::string("page table update: ") + cudaGetErrorString(e));
 }
 
-void DeviceKvCache::begin_token(int slot) {
-  const char* what = "DeviceKvCache::begin_token";
+void DeviceKvCache::begin_tokens(int slot, int64_t n) {
+  const char* what = "DeviceKvCache::begin_tokens";
   check_slot(slot, what);
-  const int64_t t = length_[size_t(slot)];
-  if (t >= limits_.max_seq_len)
-    fail(what, "sequence slot " + std::to_string(slot) + " is at max_seq_len " + std::to_string(limits_.max_seq_len));
-  const bool need_fp = h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(t / kPage)] < 0;
-  const int64_t row = history_end(t);  // demoted in this step when h(t + 1) > h(t)
-  const bool demotes = fmt_.any_history() && history_end(t + 1) > row;
-  const bool need_hist =
-      demotes && h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t((row - fmt_.sink) / kPage)] < 0;
-  if ((need_fp && free_fp_.empty()) || (need_hist && free_hist_.empty()))
+  const int64_t t0 = length_[size_t(slot)];
+  if (n <= 0 || t0 + n > limits_.max_seq_len)
+    fail(what, "sequence slot " + std::to_string(slot) + " at length " + std::to_string(t0) + " cannot take " +
+                   std::to_string(n) + " more tokens (max_seq_len " + std::to_string(limits_.max_seq_len) + ")");
+  // Table entries without a page: the tokens' fp pages, and the history pages of the rows
+  // [h(t0), h(t0 + n)) these steps demote.
+  std::vector<int64_t> fp_need, hist_need;
+  for (int64_t i = t0 / kPage; i <= (t0 + n - 1) / kPage; ++i)
+    if (h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)] < 0) fp_need.push_back(i);
+  if (fmt_.any_history()) {
+    const int64_t r0 = history_end(t0), r1 = history_end(t0 + n);
+    if (r1 > r0)
+      for (int64_t i = (r0 - fmt_.sink) / kPage; i <= (r1 - 1 - fmt_.sink) / kPage; ++i)
+        if (h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t(i)] < 0) hist_need.push_back(i);
+  }
+  if (fp_need.size() > free_fp_.size() || hist_need.size() > free_hist_.size())
     fail(what, "the KV cache is full (" + std::to_string(limits_.fp_pages) + " fp pages, " +
-                   std::to_string(limits_.hist_pages) + " history pages) at token " + std::to_string(t) +
+                   std::to_string(limits_.hist_pages) + " history pages) at token " + std::to_string(t0) +
                    " of sequence slot " + std::to_string(slot));
-  if (need_fp) {
-    set_entry(false, slot, t / kPage, free_fp_.back());
+  for (int64_t i : fp_need) {
+    set_entry(false, slot, i, free_fp_.back());
     free_fp_.pop_back();
   }
-  if (need_hist) {
-    set_entry(true, slot, (row - fmt_.sink) / kPage, free_hist_.back());
+  for (int64_t i : hist_need) {
+    set_entry(true, slot, i, free_hist_.back());
     free_hist_.pop_back();
   }
 }
 
-void DeviceKvCache::end_token(int slot) {
-  check_slot(slot, "DeviceKvCache::end_token");
-  const int64_t t = ++length_[size_t(slot)];
+void DeviceKvCache::end_tokens(int slot, int64_t n) {
+  check_slot(slot, "DeviceKvCache::end_tokens");
+  const int64_t t0 = length_[size_t(slot)];
+  const int64_t t = length_[size_t(slot)] += n;
   if (keep_fp_ || !fmt_.any_history()) return;
-  const int64_t h = history_end(t);
-  // The page that ends at h is all history now (and holds no sink token).
-  if (h > history_end(t - 1) && h % kPage == 0 && h - kPage >= fmt_.sink) {
-    const int64_t i = h / kPage - 1;
+  // Pages at or past the sink that end at or before h(t) hold history only now.
+  const int64_t first = std::max<int64_t>(ceil_div(fmt_.sink, kPage), history_end(t0) / kPage);
+  for (int64_t i = first; (i + 1) * kPage <= history_end(t); ++i) {
     const int32_t p = h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)];
     if (p >= 0) {
       free_fp_.push_back(p);

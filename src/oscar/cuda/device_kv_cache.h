@@ -45,6 +45,7 @@ struct KvCacheLimits {
   int64_t max_seq_len = 0;   // tokens per sequence (sizes the page tables)
   int64_t fp_pages = 0;      // 0: as many as max_seqs sequences of max_seq_len need
   int64_t hist_pages = 0;    // 0: likewise
+  int prefill_chunk = 256;   // most tokens of one sequence in one launch (DeviceModel::prefill)
 };
 
 class DeviceKvCache {
@@ -65,11 +66,14 @@ class DeviceKvCache {
   // h(t) of this cache for a sequence of length t.
   int64_t history_end(int64_t t) const;
 
-  // Reserves the pages token `length(slot)` needs; throws std::runtime_error naming the
-  // slot when the cache is full or the sequence at max_seq_len (nothing changes then).
-  void begin_token(int slot);
-  // Commits the token: length + 1, releases fp pages that now hold history only.
-  void end_token(int slot);
+  // Reserves the pages tokens length(slot) … length(slot) + n − 1 need (their fp rows and
+  // the history rows they demote); throws std::runtime_error naming the slot when the
+  // cache is full or max_seq_len would be passed (nothing changes then).
+  void begin_tokens(int slot, int64_t n);
+  // Commits them: length + n, releases fp pages that now hold history only.
+  void end_tokens(int slot, int64_t n);
+  void begin_token(int slot) { begin_tokens(slot, 1); }
+  void end_token(int slot) { end_tokens(slot, 1); }
   // Bytes of KV data a sequence of length t holds (its pages); the BF16 cost of the same
   // tokens, for the memory report.
   size_t bytes_for_length(int64_t t) const;

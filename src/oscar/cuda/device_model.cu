@@ -90,9 +90,11 @@ DeviceModel::DeviceModel(const ModelShape& shape, const KvFormat& kv, const KvCa
   check_cuda(cudaDeviceGetAttribute(&n_sm_, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
   cache_ = std::make_unique<DeviceKvCache>(shape.n_layers, shape.n_kv_heads, shape.head_dim, kv, limits);
   cache_->set_stream(stream_);
-  max_batch_ = limits.max_seqs;
+  max_seqs_ = limits.max_seqs;
+  prefill_chunk_ = limits.prefill_chunk;
+  max_rows_ = std::max(max_seqs_, prefill_chunk_);
   const int widest = std::max({shape.n_embd, shape.n_heads * shape.head_dim, shape.n_ff});
-  linear_ = std::make_unique<Linear>(stream_, size_t(max_batch_) * size_t(widest));
+  linear_ = std::make_unique<Linear>(stream_, size_t(max_rows_) * size_t(widest));
   allocate_weights();
   allocate_activations();
 }
@@ -271,7 +273,7 @@ void DeviceModel::allocate_weights() {
 
 void DeviceModel::allocate_activations() {
   const ModelShape& s = shape_;
-  const size_t b = size_t(max_batch_), qd = size_t(s.n_heads) * size_t(s.head_dim),
+  const size_t b = size_t(max_rows_), qd = size_t(s.n_heads) * size_t(s.head_dim),
                kvd = size_t(s.n_kv_heads) * size_t(s.head_dim);
   DeviceMemory& mem = act_mem_;
   auto f32 = [&](size_t n, const char* name) { return mem.allocate_array<float>(b * n, name); };
@@ -299,79 +301,100 @@ void DeviceModel::allocate_activations() {
   hist_blocks_ = mem.allocate_array<int32_t>(b * size_t(cache_->hist_stride()), "batch page tables");
 }
 
+void DeviceModel::check_tokens(const std::vector<int32_t>& tokens, const char* what) const {
+  for (const int32_t t : tokens)
+    if (t < 0 || t >= shape_.n_vocab)
+      fail(what, "token id " + std::to_string(t) + " outside [0, " + std::to_string(shape_.n_vocab) + ")");
+}
+
+int64_t DeviceModel::stage_rows(const std::vector<int>& slots, const std::vector<int32_t>& tokens,
+                                const std::vector<int64_t>& positions) {
+  const size_t b = size_t(max_rows_);
+  int64_t max_len = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const int64_t t = positions[i];
+    max_len = std::max(max_len, t + 1);
+    h_inputs_[kIds * b + i] = tokens[i];
+    h_inputs_[kPos * b + i] = int32_t(t);
+    h_inputs_[kSeqLen * b + i] = int32_t(t + 1);
+    h_inputs_[kHistEnd * b + i] = int32_t(cache_->history_end(t + 1));
+    h_inputs_[kDemoteFrom * b + i] = int32_t(cache_->history_end(t));
+    h_inputs_[kDemoteTo * b + i] = int32_t(cache_->history_end(t + 1));
+    h_inputs_[kSlots * b + i] = slots[i];
+  }
+  check_cuda(cudaMemcpyAsync(d_inputs_, h_inputs_, b * kNumInputs * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+             "uploading step inputs");
+  return max_len;
+}
+
+void DeviceModel::ensure_workspace(int rows, int64_t bound) {
+  DecodeAttentionParams p;
+  p.batch = rows, p.n_heads = shape_.n_heads, p.n_kv_heads = shape_.n_kv_heads, p.head_dim = shape_.head_dim;
+  p.group = kv_.group, p.sink = kv_.sink, p.max_seq_len = bound;
+  p.tensor_cores = precision_ == GemmPrecision::bf16;
+  size_t need = 0;
+  for (int bits : kv_.bits) {
+    p.bits = bits;
+    p.chunk_keys = decode_attention_default_chunk(p, n_sm_);
+    need = std::max(need, decode_attention_workspace_bytes(p));
+  }
+  if (need <= attn_workspace_bytes_) return;
+  // A larger workspace moves it: graphs captured with the old one are dropped.
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+  if (attn_workspace_) cudaFree(attn_workspace_);
+  attn_workspace_ = nullptr;
+  attn_workspace_bytes_ = 0;
+  const cudaError_t e = cudaMalloc(&attn_workspace_, need);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    attn_workspace_ = nullptr;
+    fail("DeviceModel", std::string(e == cudaErrorMemoryAllocation ? "out of GPU memory" : cudaGetErrorString(e)) +
+                            " allocating the attention workspace: " + std::to_string(need >> 20) + " MiB");
+  }
+  attn_workspace_bytes_ = need;
+}
+
+// A power-of-two bound on the keys sizes the attention grid (and keys the graphs); plain
+// steps use it too, so that both split the keys alike and give the same bits.
+int64_t DeviceModel::key_bound(int64_t max_len) const {
+  int64_t bound = 256;
+  while (bound < max_len) bound *= 2;
+  return std::min(bound, cache_->max_seq_len());
+}
+
 void DeviceModel::step(const std::vector<int>& slots, const std::vector<int32_t>& tokens, bool use_graph) {
   const char* what = "DeviceModel::step";
   const int batch = int(slots.size());
   if (batch == 0) return;
-  if (batch > max_batch_) fail(what, std::to_string(batch) + " sequences, more than max_seqs " + std::to_string(max_batch_));
+  if (batch > max_seqs_) fail(what, std::to_string(batch) + " sequences, more than max_seqs " + std::to_string(max_seqs_));
   if (tokens.size() != slots.size()) fail(what, "one token per sequence slot is needed");
+  check_tokens(tokens, what);
   for (int i = 0; i < batch; ++i) {
-    if (tokens[size_t(i)] < 0 || tokens[size_t(i)] >= shape_.n_vocab)
-      fail(what, "token id " + std::to_string(tokens[size_t(i)]) + " outside [0, " + std::to_string(shape_.n_vocab) + ")");
     if (!cache_->active(slots[size_t(i)])) fail(what, "sequence slot " + std::to_string(slots[size_t(i)]) + " is not active");
     for (int j = 0; j < i; ++j)
       if (slots[size_t(j)] == slots[size_t(i)]) fail(what, "sequence slot " + std::to_string(slots[size_t(i)]) + " appears twice");
   }
   // The previous step's input copy must have left the pinned staging before it is rewritten.
   check_cuda(cudaStreamSynchronize(stream_), what);
-  for (int i = 0; i < batch; ++i) cache_->begin_token(slots[size_t(i)]);  // throws when full: nothing ran
-  int64_t max_len = 0;
-  const size_t b = size_t(max_batch_);
-  for (int i = 0; i < batch; ++i) {
-    const int64_t t = cache_->length(slots[size_t(i)]);
-    max_len = std::max(max_len, t + 1);
-    h_inputs_[kIds * b + size_t(i)] = tokens[size_t(i)];
-    h_inputs_[kPos * b + size_t(i)] = int32_t(t);
-    h_inputs_[kSeqLen * b + size_t(i)] = int32_t(t + 1);
-    h_inputs_[kHistEnd * b + size_t(i)] = int32_t(cache_->history_end(t + 1));
-    h_inputs_[kDemoteFrom * b + size_t(i)] = int32_t(cache_->history_end(t));
-    h_inputs_[kDemoteTo * b + size_t(i)] = int32_t(cache_->history_end(t + 1));
-    h_inputs_[kSlots * b + size_t(i)] = slots[size_t(i)];
-  }
-  check_cuda(cudaMemcpyAsync(d_inputs_, h_inputs_, b * kNumInputs * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
-             "uploading step inputs");
-  // A power-of-two bound on the keys sizes the attention grid (and keys the graphs); plain
-  // steps use it too, so that both split the keys alike and give the same bits.
-  int64_t bound = 256;
-  while (bound < max_len) bound *= 2;
-  bound = std::min(bound, cache_->max_seq_len());
-  // The attention workspace for this bound; a larger one invalidates captured graphs.
-  DecodeAttentionParams p;
-  p.batch = batch, p.n_heads = shape_.n_heads, p.n_kv_heads = shape_.n_kv_heads, p.head_dim = shape_.head_dim;
-  p.group = kv_.group, p.sink = kv_.sink, p.max_seq_len = bound;
-  size_t need = 0;
-  p.tensor_cores = precision_ == GemmPrecision::bf16;
-  for (int bits : kv_.bits) {
-    p.bits = bits;
-    p.chunk_keys = decode_attention_default_chunk(p, n_sm_);
-    need = std::max(need, decode_attention_workspace_bytes(p));
-  }
-  if (need > attn_workspace_bytes_) {
-    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
-    graphs_.clear();
-    if (attn_workspace_) cudaFree(attn_workspace_);
-    attn_workspace_ = nullptr;
-    attn_workspace_bytes_ = 0;
-    const cudaError_t e = cudaMalloc(&attn_workspace_, need);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      attn_workspace_ = nullptr;
-      fail(what, std::string(e == cudaErrorMemoryAllocation ? "out of GPU memory" : cudaGetErrorString(e)) +
-                     " allocating the attention workspace: " + std::to_string(need >> 20) + " MiB");
-    }
-    attn_workspace_bytes_ = need;
-  }
+  // Throws when full, before anything runs; pages reserved for the slots before stay with
+  // them (their next token uses them).
+  for (int i = 0; i < batch; ++i) cache_->begin_token(slots[size_t(i)]);
+  std::vector<int64_t> positions;
+  for (int i = 0; i < batch; ++i) positions.push_back(cache_->length(slots[size_t(i)]));
+  const int64_t bound = key_bound(stage_rows(slots, tokens, positions));
+  ensure_workspace(batch, bound);
   if (!use_graph) {
-    run_step(batch, bound);
+    run_step(batch, bound, 0);
   } else {
     const auto key = std::make_pair(batch, bound);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
-      run_step(batch, bound);  // first use runs directly (one-time setup stays out of the graph)
+      run_step(batch, bound, 0);  // first use runs directly (one-time setup stays out of the graph)
       cudaGraph_t graph = nullptr;
       check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
       try {
-        run_step(batch, bound);
+        run_step(batch, bound, 0);
       } catch (...) {
         cudaStreamEndCapture(stream_, &graph);
         if (graph) cudaGraphDestroy(graph);
@@ -390,7 +413,33 @@ void DeviceModel::step(const std::vector<int>& slots, const std::vector<int32_t>
   for (int i = 0; i < batch; ++i) cache_->end_token(slots[size_t(i)]);
 }
 
-void DeviceModel::run_step(int batch, int64_t bound) {
+void DeviceModel::prefill(int slot, const std::vector<int32_t>& tokens, std::vector<float>* all_logits) {
+  const char* what = "DeviceModel::prefill";
+  if (all_logits) all_logits->clear();
+  if (!cache_->active(slot)) fail(what, "sequence slot " + std::to_string(slot) + " is not active");
+  check_tokens(tokens, what);
+  for (size_t c0 = 0; c0 < tokens.size(); c0 += size_t(prefill_chunk_)) {
+    const int n = int(std::min<size_t>(size_t(prefill_chunk_), tokens.size() - c0));
+    const std::vector<int32_t> chunk(tokens.begin() + long(c0), tokens.begin() + long(c0) + n);
+    check_cuda(cudaStreamSynchronize(stream_), what);
+    cache_->begin_tokens(slot, n);  // throws when full: nothing of this chunk has run
+    const int64_t t0 = cache_->length(slot);
+    std::vector<int64_t> positions;
+    for (int i = 0; i < n; ++i) positions.push_back(t0 + i);
+    // Each token is a row of its own with its own view of the keys (as decode shows it),
+    // all rows reading the one slot's page tables.
+    const int64_t bound = key_bound(stage_rows(std::vector<int>(size_t(n), slot), chunk, positions));
+    ensure_workspace(n, bound);
+    run_step(n, bound, all_logits ? 0 : n - 1);  // without all_logits: the last row's only
+    cache_->end_tokens(slot, n);
+    if (all_logits) {
+      const std::vector<float> rows = download_logits(n);
+      all_logits->insert(all_logits->end(), rows.begin(), rows.end());
+    }
+  }
+}
+
+void DeviceModel::run_step(int batch, int64_t bound, int logits_from) {
   const ModelShape& s = shape_;
   const dim3 tgrid_fp(unsigned((cache_->fp_stride() + 255) / 256), unsigned(batch));
   gather_tables<<<tgrid_fp, 256, 0, stream_>>>(cache_->fp_table_device(), slots_, fp_blocks_, cache_->fp_stride());
@@ -399,9 +448,12 @@ void DeviceModel::run_step(int batch, int64_t bound) {
   check_launch("DeviceModel: page tables");
   embed_bf16(token_embd_, s.n_vocab, s.n_embd, ids_, batch, x_, bad_id_, stream_);
   for (int l = 0; l < s.n_layers; ++l) layer(l, batch, bound);
-  rmsnorm(x_, output_norm_, h_, batch, s.n_embd, s.rms_eps, stream_, h16_);
-  mm(output_, h_, h16_, nullptr, logits_, batch, s.n_embd, s.n_vocab);
-  argmax_rows(logits_, batch, s.n_vocab, next_ids_, stream_);
+  // Logits of rows [logits_from, batch) only (a prefill wants its last row).
+  const int rows = batch - logits_from;
+  const float* x_rows = x_ + int64_t(logits_from) * s.n_embd;
+  rmsnorm(x_rows, output_norm_, h_, rows, s.n_embd, s.rms_eps, stream_, h16_);
+  mm(output_, h_, h16_, nullptr, logits_, rows, s.n_embd, s.n_vocab);
+  argmax_rows(logits_, rows, s.n_vocab, next_ids_, stream_);
 }
 
 void DeviceModel::layer(int l, int batch, int64_t bound) {

@@ -95,9 +95,13 @@ class DeviceModel {
   std::vector<float> download_logits(int batch) const;
   std::vector<int32_t> download_next_ids(int batch) const;
 
-  // Prefill by steps: runs tokens one by one through step() for one slot, the keys each
-  // query sees exactly those decode would have shown it; logits of the last token (or of
-  // every token into *all_logits, [n, V]).
+  // Prefill: the tokens of one slot in launches of up to prefill_chunk rows (matrix
+  // products over all rows at once), each token a row with its own view of the keys —
+  // exactly what decode would have shown it (history [S, h(t + 1)) quantized, the rest
+  // BF16), through the split-KV decode kernel. Afterwards logits() row 0 / next_ids()[0]
+  // are the last token's; all_logits: every token's logits, [n, V].
+  void prefill(int slot, const std::vector<int32_t>& tokens, std::vector<float>* all_logits = nullptr);
+  // The same one step() per token (the reference prefill() is tested against).
   void prefill_by_steps(int slot, const std::vector<int32_t>& tokens, std::vector<float>* all_logits = nullptr);
 
  private:
@@ -105,7 +109,15 @@ class DeviceModel {
   void allocate_weights();
   void make_f32_copies();
   void allocate_activations();
-  void run_step(int batch, int64_t max_len);  // the kernels of one step (capturable)
+  void check_tokens(const std::vector<int32_t>& tokens, const char* what) const;
+  // Fills and uploads the per-row inputs (row i: token at positions[i] of slots[i]);
+  // returns the longest sequence after the rows.
+  int64_t stage_rows(const std::vector<int>& slots, const std::vector<int32_t>& tokens,
+                     const std::vector<int64_t>& positions);
+  int64_t key_bound(int64_t max_len) const;
+  void ensure_workspace(int rows, int64_t bound);
+  // The kernels of one launch over `rows` rows (capturable); logits of rows ≥ logits_from.
+  void run_step(int rows, int64_t bound, int logits_from);
   void layer(int l, int batch, int64_t max_len);
 
   struct Matrix {
@@ -136,11 +148,12 @@ class DeviceModel {
 
   // Per-step inputs (device, fixed addresses so graphs can replay them) and their host
   // staging: ids, positions, lengths after the step, history ends, demotion ranges.
-  int max_batch_ = 0;
+  int max_seqs_ = 0, prefill_chunk_ = 0;
+  int max_rows_ = 0;  // rows of the activation buffers: max(max_seqs, prefill_chunk)
   int32_t *d_inputs_ = nullptr, *h_inputs_ = nullptr;  // pinned
   int32_t *ids_, *pos_, *seq_len_, *hist_end_, *demote_from_, *demote_to_, *bad_id_;
   int32_t *fp_blocks_, *hist_blocks_, *slots_;  // batch tables gathered from the slot tables
-  // Activations for max_batch_ rows.
+  // Activations for max_rows_ rows.
   float *x_, *h_, *q_, *q_rot_, *k_, *v_, *att_, *att_rot_, *gate_, *up_, *logits_;
   uint16_t *h16_, *gate16_;  // BF16 copies of h_ and the SwiGLU output (matrix inputs)
   int32_t* next_ids_ = nullptr;
