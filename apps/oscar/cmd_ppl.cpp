@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "device_generate.h"
 #include "oscar/core/error.h"
 #include "oscar/eval/kl_divergence.h"
 #include "oscar/eval/perplexity.h"
@@ -52,10 +53,12 @@ int ppl(PplOptions o) {
   } else if (o.file.empty()) {
     fail("give the text with -f FILE");
   }
+  check_device(o.model.device);
   LoadedModel m = load_model(o.model);
   PerplexityOptions po;
   po.n_ctx = o.model.ctx;
   po.max_chunks = o.chunks;
+  if (o.model.device == "cuda") po.chunk_logits = device_chunk_logits(m, po.n_ctx);
   std::vector<int32_t> tokens;
   if (base) {
     if (base->n_vocab() != m.transformer->config().n_vocab)
@@ -119,6 +122,8 @@ void add_ppl_command(CLI::App& app) {
   cmd->add_option("-f,--file", o->file, "text file (not needed with --kl-divergence: the base file holds the tokens)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--chunks", o->chunks, "evaluate at most this many chunks (-1: all)");
+  cmd->add_option("--device", o->model.device, "where the model runs: cpu, or cuda (the GPU backend)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--kl-divergence-base", o->kld_base,
                   "file of full-vocabulary log-probabilities: written by this run, or read with --kl-divergence");
   cmd->add_flag("--kl-divergence", o->kld,

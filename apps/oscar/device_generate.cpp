@@ -73,7 +73,36 @@ GenerationStats generate_on_device(LoadedModel& m, int64_t capacity, const std::
              used ? double(bf16) / double(used) : 1.0);
   return st;
 }
+ChunkLogitsFn device_chunk_logits(LoadedModel& m, int n_ctx) {
+  cuda::KvCacheLimits limits;
+  limits.max_seqs = 1;
+  limits.max_seq_len = n_ctx;
+  std::shared_ptr<cuda::DeviceModel> dm;
+  try {
+    dm = std::make_shared<cuda::DeviceModel>(device_host_model(*m.transformer), device_kv_format(*m.transformer), limits);
+  } catch (const std::runtime_error& e) {
+    fail("--device cuda: {}", e.what());
+  }
+  fmt::print(stderr, "device: weights {:.2f} GiB (BF16), KV cache {:.2f} GiB reserved\n",
+             double(dm->weight_bytes()) / (1 << 30), double(dm->cache().bytes_reserved()) / (1 << 30));
+  return [dm](std::span<const int32_t> chunk, int first, std::vector<float>& logits) -> int64_t {
+    const int slot = dm->cache().add_sequence();
+    try {
+      dm->prefill(slot, std::vector<int32_t>(chunk.begin(), chunk.end()), &logits, first);
+    } catch (const std::runtime_error& e) {
+      fail("--device cuda: {}", e.what());
+    }
+    const int64_t bytes = int64_t(dm->cache().bytes_for_length(int64_t(chunk.size())));
+    dm->cache().remove_sequence(slot);
+    return bytes;
+  };
+}
 #else
+ChunkLogitsFn device_chunk_logits(LoadedModel&, int) {
+  check_device("cuda");
+  return {};
+}
+
 GenerationStats generate_on_device(LoadedModel&, int64_t, const std::vector<int32_t>&, int, Sampler&,
                                    const std::function<bool(int32_t)>&) {
   check_device("cuda");

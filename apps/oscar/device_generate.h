@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common.h"
+#include "oscar/eval/perplexity.h"
 
 namespace oscar::cli {
 
@@ -16,5 +17,9 @@ void check_device(const std::string& device);
 // the KV cache holds `capacity` tokens. Prints the KV memory line at the end.
 GenerationStats generate_on_device(LoadedModel& m, int64_t capacity, const std::vector<int32_t>& prompt,
                                    int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token);
+
+// For `ppl --device cuda`: a DeviceModel for one sequence of n_ctx tokens and the chunk
+// function perplexity() calls (each chunk prefilled from an empty cache on the GPU).
+ChunkLogitsFn device_chunk_logits(LoadedModel& m, int n_ctx);
 
 }  // namespace oscar::cli

@@ -413,7 +413,8 @@ void DeviceModel::step(const std::vector<int>& slots, const std::vector<int32_t>
   for (int i = 0; i < batch; ++i) cache_->end_token(slots[size_t(i)]);
 }
 
-void DeviceModel::prefill(int slot, const std::vector<int32_t>& tokens, std::vector<float>* all_logits) {
+void DeviceModel::prefill(int slot, const std::vector<int32_t>& tokens, std::vector<float>* all_logits,
+                          int64_t logits_from) {
   const char* what = "DeviceModel::prefill";
   if (all_logits) all_logits->clear();
   if (!cache_->active(slot)) fail(what, "sequence slot " + std::to_string(slot) + " is not active");
@@ -430,10 +431,12 @@ void DeviceModel::prefill(int slot, const std::vector<int32_t>& tokens, std::vec
     // all rows reading the one slot's page tables.
     const int64_t bound = key_bound(stage_rows(std::vector<int>(size_t(n), slot), chunk, positions));
     ensure_workspace(n, bound);
-    run_step(n, bound, all_logits ? 0 : n - 1);  // without all_logits: the last row's only
+    // Logits for the rows at or past logits_from (all_logits), else the last row's only.
+    const int from = all_logits ? int(std::clamp<int64_t>(logits_from - int64_t(c0), 0, n - 1)) : n - 1;
+    run_step(n, bound, from);
     cache_->end_tokens(slot, n);
-    if (all_logits) {
-      const std::vector<float> rows = download_logits(n);
+    if (all_logits && int64_t(c0) + n > logits_from) {
+      const std::vector<float> rows = download_logits(n - from);
       all_logits->insert(all_logits->end(), rows.begin(), rows.end());
     }
   }

@@ -99,8 +99,9 @@ class DeviceModel {
   // products over all rows at once), each token a row with its own view of the keys —
   // exactly what decode would have shown it (history [S, h(t + 1)) quantized, the rest
   // BF16), through the split-KV decode kernel. Afterwards logits() row 0 / next_ids()[0]
-  // are the last token's; all_logits: every token's logits, [n, V].
-  void prefill(int slot, const std::vector<int32_t>& tokens, std::vector<float>* all_logits = nullptr);
+  // are the last token's; all_logits: the logits of tokens logits_from … n − 1, [n − from, V].
+  void prefill(int slot, const std::vector<int32_t>& tokens, std::vector<float>* all_logits = nullptr,
+               int64_t logits_from = 0);
   // The same one step() per token (the reference prefill() is tested against).
   void prefill_by_steps(int slot, const std::vector<int32_t>& tokens, std::vector<float>* all_logits = nullptr);
 

@@ -44,7 +44,7 @@ PerplexityResult perplexity(Transformer& model, std::span<const int32_t> tokens,
   if (n_chunks == 0) fail("text has {} tokens, fewer than one chunk of {}: use a longer file or a smaller -c", tokens.size(), N);
 
   const int64_t n_vocab = model.config().n_vocab;
-  KvCache cache = model.make_cache(N);
+  KvCache cache = model.make_cache(opt.chunk_logits ? 1 : N);
   const SeqId seq = cache.add_sequence();
   NllStats stats;
   PerplexityResult r;
@@ -54,11 +54,18 @@ PerplexityResult perplexity(Transformer& model, std::span<const int32_t> tokens,
   for (int c = 0; c < n_chunks; ++c) {
     std::copy_n(tokens.begin() + int64_t(c) * N, N, chunk.begin());
     if (opt.bos_id >= 0) chunk[0] = opt.bos_id;
-    cache.clear_sequence(seq);
     const int first = N / 2;  // only the scored half needs logits (the LM head is large)
-    model.forward(cache, seq, chunk, LogitsFor::all, logits, first);
-    r.kv_bits_per_element = cache.bits_per_element(seq);
-    r.kv_bytes = cache.bytes_used(seq);
+    if (opt.chunk_logits) {
+      r.kv_bytes = opt.chunk_logits(chunk, first, logits);
+      const ModelConfig& mc = model.config();
+      r.kv_bits_per_element = 8.0 * double(r.kv_bytes) / (2.0 * mc.n_layers * mc.n_kv_heads * mc.head_dim * double(N));
+    } else {
+      cache.clear_sequence(seq);
+      model.forward(cache, seq, chunk, LogitsFor::all, logits, first);
+      r.kv_bits_per_element = cache.bits_per_element(seq);
+      r.kv_bytes = cache.bytes_used(seq);
+    }
+    OSCAR_CHECK(logits.size() == size_t(N - first) * size_t(n_vocab), "chunk logits have the wrong size");
     NllStats chunk_stats;
     for (int j = N / 2; j <= N - 2; ++j) {
       const std::span<const float> row(logits.data() + int64_t(j - first) * n_vocab, size_t(n_vocab));

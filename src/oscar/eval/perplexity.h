@@ -13,10 +13,17 @@
 
 namespace oscar {
 
+// Computes a chunk's logits somewhere else (the GPU backend): rows for tokens first … N − 1
+// into `logits` ([N − first, n_vocab]), each chunk from an empty cache; returns the bytes of
+// KV the chunk's sequence holds.
+using ChunkLogitsFn =
+    std::function<int64_t(std::span<const int32_t> chunk, int first, std::vector<float>& logits)>;
+
 struct PerplexityOptions {
   int n_ctx = 512;
   int max_chunks = -1;      // -1: all whole chunks
   int32_t bos_id = -1;      // when >= 0, the first token of each chunk is replaced by BOS
+  ChunkLogitsFn chunk_logits;  // null: the model's CPU forward
 };
 
 struct PerplexityResult {
