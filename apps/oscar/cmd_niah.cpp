@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "device_generate.h"
 #include "oscar/core/error.h"
 #include "oscar/eval/niah.h"
 
@@ -83,6 +84,7 @@ int niah(const NiahOptions& o) {
   std::string text = read_text_file(o.haystack);
   if (text.empty()) fail("niah: haystack file '{}' is empty", o.haystack);
 
+  check_device(o.model.device);
   LoadedModel m = load_model(o.model);
   const ModelConfig& c = m.transformer->config();
   const int64_t limit = std::min<int64_t>(o.model.ctx, c.n_ctx_train > 0 ? c.n_ctx_train : o.model.ctx);
@@ -114,7 +116,9 @@ int niah(const NiahOptions& o) {
              fmt::join(o.depths, ","), o.trials, kv_name, prompt_format.chat == ChatTemplateKind::none ? "raw prompt" : "chat template");
 
   // One cache for every trial: room for the longest prompt and the answer.
-  KvCache cache = m.transformer->make_cache(max_len + 16);
+  const bool on_gpu = o.model.device == "cuda";
+  const PromptGenerateFn gpu_generate = on_gpu ? device_prompt_generate(m, max_len + 16) : PromptGenerateFn();
+  KvCache cache = m.transformer->make_cache(on_gpu ? 1 : max_len + 16);
   const SeqId seq = cache.add_sequence();
   std::vector<std::vector<Cell>> grid(lengths.size(), std::vector<Cell>(o.depths.size()));
   for (size_t li = 0; li < lengths.size(); ++li) {
@@ -128,7 +132,8 @@ int niah(const NiahOptions& o) {
         const NiahNeedle needle = random_needle(rng);
         const NiahPrompt p = build_niah_prompt(*m.tokenizer, hay, needle, cell.depth, cell.length, prompt_format);
         cache.clear_sequence(seq);
-        const NiahGeneration g = niah_generate(*m.transformer, *m.tokenizer, cache, seq, p.ids, kMaxNew);
+        const NiahGeneration g = on_gpu ? gpu_generate(p.ids, kMaxNew)
+                                        : niah_generate(*m.transformer, *m.tokenizer, cache, seq, p.ids, kMaxNew);
         const bool ok = niah_correct(g.text, needle.value);
         const int64_t n = int64_t(p.ids.size());
         cell.min_tokens = t == 0 ? n : std::min(cell.min_tokens, n);
@@ -202,6 +207,8 @@ void add_niah_command(CLI::App& app) {
   cmd->add_option("--trials", o->trials, "needles per cell (default 1)");
   cmd->add_option("--seed", o->seed, "random seed for the needles (default 42)");
   cmd->add_option("--json", o->json_out, "also write the cells as JSON to this file");
+  cmd->add_option("--device", o->model.device, "where the model runs: cpu, or cuda (the GPU backend)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--no-chat", o->no_chat, "raw prompt instead of the model's chat template");
   cmd->callback([o] { niah(*o); });
 }

@@ -97,7 +97,49 @@ ChunkLogitsFn device_chunk_logits(LoadedModel& m, int n_ctx) {
     return bytes;
   };
 }
+PromptGenerateFn device_prompt_generate(LoadedModel& m, int64_t capacity) {
+  cuda::KvCacheLimits limits;
+  limits.max_seqs = 1;
+  limits.max_seq_len = capacity;
+  std::shared_ptr<cuda::DeviceModel> dm;
+  try {
+    dm = std::make_shared<cuda::DeviceModel>(device_host_model(*m.transformer), device_kv_format(*m.transformer), limits);
+  } catch (const std::runtime_error& e) {
+    fail("--device cuda: {}", e.what());
+  }
+  const Tokenizer* tok = m.tokenizer.get();
+  const ModelConfig c = m.transformer->config();
+  return [dm, tok, c, capacity](std::span<const int32_t> prompt, int max_new) {
+    if (prompt.empty()) fail("niah: the prompt is empty");
+    NiahGeneration out;
+    const int slot = dm->cache().add_sequence();
+    try {
+      dm->prefill(slot, std::vector<int32_t>(prompt.begin(), prompt.end()));
+      const int64_t n = dm->cache().length(slot);
+      out.kv_bits_per_element =
+          8.0 * double(dm->cache().bytes_for_length(n)) / (2.0 * c.n_layers * c.n_kv_heads * c.head_dim * double(n));
+      for (int i = 0; i < max_new; ++i) {
+        const int32_t id = dm->download_next_ids(1)[0];  // greedy: the first largest logit
+        if (tok->is_eog(id)) break;
+        out.ids.push_back(id);
+        if (i + 1 == max_new || dm->cache().length(slot) + 1 > capacity) break;
+        dm->step({slot}, {id}, /*use_graph=*/true);
+      }
+    } catch (const std::runtime_error& e) {
+      dm->cache().remove_sequence(slot);
+      fail("--device cuda: {}", e.what());
+    }
+    dm->cache().remove_sequence(slot);
+    out.text = tok->decode(out.ids, /*render_control=*/false);
+    return out;
+  };
+}
 #else
+PromptGenerateFn device_prompt_generate(LoadedModel&, int64_t) {
+  check_device("cuda");
+  return {};
+}
+
 ChunkLogitsFn device_chunk_logits(LoadedModel&, int) {
   check_device("cuda");
   return {};

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common.h"
+#include "oscar/eval/niah.h"
 #include "oscar/eval/perplexity.h"
 
 namespace oscar::cli {
@@ -21,5 +22,11 @@ GenerationStats generate_on_device(LoadedModel& m, int64_t capacity, const std::
 // For `ppl --device cuda`: a DeviceModel for one sequence of n_ctx tokens and the chunk
 // function perplexity() calls (each chunk prefilled from an empty cache on the GPU).
 ChunkLogitsFn device_chunk_logits(LoadedModel& m, int n_ctx);
+
+// For `niah --device cuda`: what niah_generate does (prefill, then greedy tokens up to
+// max_new or an end-of-generation token), on a DeviceModel for one prompt of up to
+// `capacity` tokens at a time.
+using PromptGenerateFn = std::function<NiahGeneration(std::span<const int32_t> prompt, int max_new)>;
+PromptGenerateFn device_prompt_generate(LoadedModel& m, int64_t capacity);
 
 }  // namespace oscar::cli

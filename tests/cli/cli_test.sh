@@ -37,6 +37,17 @@ echo "not a gguf file at all" > "$tmp/text.gguf"
 check "not a GGUF file" nonzero "error: .*magic" "$bin" run -m "$tmp/text.gguf" -p hi
 : > "$tmp/empty.gguf"
 check "empty file" nonzero "error:" "$bin" inspect "$tmp/empty.gguf"
+# --device: only cpu and cuda; cuda on a machine without a GPU (or a build without CUDA) is
+# a clear error before the model loads, for each command that takes it.
+check "bad --device" nonzero "--device" "$bin" run -m "$tmp/text.gguf" -p hi --device tpu
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi >/dev/null 2>&1; then
+  check "run --device cuda without a GPU" nonzero "error: --device cuda: (no CUDA device|this oscar was built without)" \
+    "$bin" run -m "$tmp/text.gguf" -p hi --device cuda
+  check "ppl --device cuda without a GPU" nonzero "error: --device cuda: (no CUDA device|this oscar was built without)" \
+    "$bin" ppl -m "$tmp/text.gguf" -f "$tmp/text.gguf" --device cuda
+  check "niah --device cuda without a GPU" nonzero "error: --device cuda: (no CUDA device|this oscar was built without)" \
+    "$bin" niah -m "$tmp/text.gguf" -f "$tmp/text.gguf" --device cuda
+fi
 
 if [[ -f "$OSCAR_MODEL" ]]; then
   head -c 3000000 "$OSCAR_MODEL" > "$tmp/truncated.gguf"
