@@ -31,7 +31,7 @@ struct ModelOptions {
   std::optional<float> k_clip, v_clip;
   bool k_bias_split = false, no_k_bias_split = false;  // override the type's default (on for int2-oscar*)
   bool verbose = false;
-  std::string device = "cpu";  // --device cpu|cuda (run, ppl and niah take cuda)
+  std::string device = "cpu";  // --device cpu|cuda (run, ppl, niah and bench take cuda)
 };
 
 void add_model_options(CLI::App& cmd, ModelOptions& o, bool with_ctx = true);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <random>
 #include <stdexcept>
 
 #include "oscar/core/error.h"
@@ -43,13 +44,23 @@ GenerationStats generate_on_device(LoadedModel& m, int64_t capacity, const std::
   fmt::print(stderr, "device: weights {:.2f} GiB (BF16), KV cache {:.2f} GiB reserved\n",
              double(dm->weight_bytes()) / (1 << 30), double(dm->cache().bytes_reserved()) / (1 << 30));
   const int slot = dm->cache().add_sequence();
-  const bool greedy = sampler.params().temperature <= 0.0f && sampler.params().repeat_penalty == 1.0f;
+  const SamplerParams& sp = sampler.params();
+  const bool greedy = sp.temperature <= 0.0f && sp.repeat_penalty == 1.0f;
+  // The GPU draws when the chain needs no history and top-k fits its kernel; otherwise the
+  // host Sampler runs on the downloaded logits.
+  const bool on_device = !greedy && sp.repeat_penalty == 1.0f && sp.top_k >= 1 && sp.top_k <= cuda::kSampleMaxTopK;
+  const cuda::SampleParams dev_params{sp.temperature, sp.top_k, sp.top_p, sp.min_p};
+  std::mt19937_64 rng(sp.seed);
   std::vector<int32_t> history(prompt);
   auto t0 = std::chrono::steady_clock::now();
   dm->prefill(slot, prompt);
   st.n_prompt = int64_t(prompt.size());
   auto next = [&]() -> int32_t {
     if (greedy) return dm->download_next_ids(1)[0];
+    if (on_device) {
+      dm->sample(1, dev_params, {double(rng() >> 11) * 0x1.0p-53});
+      return dm->download_next_ids(1)[0];
+    }
     const std::vector<float> logits = dm->download_logits(1);
     return sampler.sample(logits, history);
   };
@@ -134,7 +145,42 @@ PromptGenerateFn device_prompt_generate(LoadedModel& m, int64_t capacity) {
     return out;
   };
 }
+DeviceBenchFn device_bench(LoadedModel& m, int64_t capacity) {
+  cuda::KvCacheLimits limits;
+  limits.max_seqs = 1;
+  limits.max_seq_len = capacity;
+  std::shared_ptr<cuda::DeviceModel> dm;
+  try {
+    dm = std::make_shared<cuda::DeviceModel>(device_host_model(*m.transformer), device_kv_format(*m.transformer), limits);
+  } catch (const std::runtime_error& e) {
+    fail("--device cuda: {}", e.what());
+  }
+  return [dm](const std::vector<int32_t>& prompt, const std::vector<int32_t>& gen) {
+    DeviceBenchResult r;
+    const int slot = dm->cache().add_sequence();
+    try {
+      auto t0 = std::chrono::steady_clock::now();
+      dm->prefill(slot, prompt);
+      dm->download_next_ids(1);  // waits for the GPU
+      r.prefill_tokens_per_s = double(prompt.size()) / seconds_since(t0);
+      t0 = std::chrono::steady_clock::now();
+      for (const int32_t t : gen) dm->step({slot}, {t}, /*use_graph=*/true);
+      dm->download_next_ids(1);
+      if (!gen.empty()) r.decode_tokens_per_s = double(gen.size()) / seconds_since(t0);
+    } catch (const std::runtime_error& e) {
+      dm->cache().remove_sequence(slot);
+      fail("--device cuda: {}", e.what());
+    }
+    dm->cache().remove_sequence(slot);
+    return r;
+  };
+}
 #else
+DeviceBenchFn device_bench(LoadedModel&, int64_t) {
+  check_device("cuda");
+  return {};
+}
+
 PromptGenerateFn device_prompt_generate(LoadedModel&, int64_t) {
   check_device("cuda");
   return {};

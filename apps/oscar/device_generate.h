@@ -29,4 +29,12 @@ ChunkLogitsFn device_chunk_logits(LoadedModel& m, int n_ctx);
 using PromptGenerateFn = std::function<NiahGeneration(std::span<const int32_t> prompt, int max_new)>;
 PromptGenerateFn device_prompt_generate(LoadedModel& m, int64_t capacity);
 
+// For `bench --device cuda`: prefill `prompt` into an empty sequence, then decode `gen`
+// one step each (graphs); tokens per second of each, host clock around synchronized work.
+struct DeviceBenchResult {
+  double prefill_tokens_per_s = 0.0, decode_tokens_per_s = 0.0;
+};
+using DeviceBenchFn = std::function<DeviceBenchResult(const std::vector<int32_t>& prompt, const std::vector<int32_t>& gen)>;
+DeviceBenchFn device_bench(LoadedModel& m, int64_t capacity);
+
 }  // namespace oscar::cli

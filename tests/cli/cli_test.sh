@@ -47,6 +47,8 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi >/dev/null 2>&1; then
     "$bin" ppl -m "$tmp/text.gguf" -f "$tmp/text.gguf" --device cuda
   check "niah --device cuda without a GPU" nonzero "error: --device cuda: (no CUDA device|this oscar was built without)" \
     "$bin" niah -m "$tmp/text.gguf" -f "$tmp/text.gguf" --device cuda
+  check "bench --device cuda without a GPU" nonzero "error: --device cuda: (no CUDA device|this oscar was built without)" \
+    "$bin" bench -m "$tmp/text.gguf" --device cuda
 fi
 
 if [[ -f "$OSCAR_MODEL" ]]; then

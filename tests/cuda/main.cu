@@ -30,6 +30,7 @@ int main() {
   run_cache_write_tests(seed + 5000u);
   run_elementwise_tests(seed + 6000u);
   run_attention_prologue_tests(seed + 6500u);
+  run_sampling_tests(seed + 6700u);
   run_device_model_tests(seed + 7000u);
   run_cpu_fixture_tests();
   std::printf("%d passed, %d failed\n", g_passed, g_failed);

@@ -291,6 +291,7 @@ void DeviceModel::allocate_activations() {
   h16_ = mem.allocate_array<uint16_t>(b * size_t(s.n_embd), "activations");
   gate16_ = mem.allocate_array<uint16_t>(b * size_t(s.n_ff), "activations");
   next_ids_ = mem.allocate_array<int32_t>(b, "next ids");
+  uniforms_ = mem.allocate_array<double>(b, "sampling uniforms");
   d_inputs_ = mem.allocate_array<int32_t>(b * kNumInputs, "step inputs");
   check_cuda(cudaMallocHost(&h_inputs_, b * kNumInputs * sizeof(int32_t)), "cudaMallocHost(step inputs)");
   std::memset(h_inputs_, 0, b * kNumInputs * sizeof(int32_t));
@@ -518,6 +519,15 @@ void DeviceModel::layer(int l, int batch, int64_t bound) {
   mm(w.w_up, h_, h16_, nullptr, up_, batch, s.n_embd, s.n_ff);
   swiglu(gate_, up_, int64_t(batch) * s.n_ff, stream_, gate16_);
   mm(w.w_down, gate_, gate16_, nullptr, x_, batch, s.n_ff, s.n_embd, /*accumulate=*/true);
+}
+
+void DeviceModel::sample(int batch, const SampleParams& p, const std::vector<double>& u) {
+  if (batch < 0 || batch > max_rows_ || u.size() < size_t(batch))
+    fail("DeviceModel::sample", "batch " + std::to_string(batch) + " with " + std::to_string(u.size()) + " uniforms");
+  check_cuda(cudaMemcpyAsync(uniforms_, u.data(), size_t(batch) * sizeof(double), cudaMemcpyHostToDevice, stream_),
+             "uploading uniforms");
+  sample_rows(logits_, batch, shape_.n_vocab, p, uniforms_, next_ids_, stream_);
+  check_cuda(cudaStreamSynchronize(stream_), "DeviceModel::sample");  // u is pageable host memory
 }
 
 std::vector<float> DeviceModel::download_logits(int batch) const {

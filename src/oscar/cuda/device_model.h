@@ -19,6 +19,7 @@
 #include "oscar/cuda/device_kv_cache.h"
 #include "oscar/cuda/device_memory.h"
 #include "oscar/cuda/linear.h"
+#include "oscar/cuda/sampling.h"
 
 namespace oscar::cuda {
 
@@ -91,6 +92,9 @@ class DeviceModel {
   void step(const std::vector<int>& slots, const std::vector<int32_t>& tokens, bool use_graph = false);
   const float* logits() const { return logits_; }
   const int32_t* next_ids() const { return next_ids_; }
+  // Replaces next_ids() rows [0, batch) by ids drawn from the logits with the chain of
+  // sampling.h (u: one uniform in [0, 1) per row, from the caller's seeded RNG).
+  void sample(int batch, const SampleParams& p, const std::vector<double>& u);
   // Copies (synchronizing the stream).
   std::vector<float> download_logits(int batch) const;
   std::vector<int32_t> download_next_ids(int batch) const;
@@ -158,6 +162,7 @@ class DeviceModel {
   float *x_, *h_, *q_, *q_rot_, *k_, *v_, *att_, *att_rot_, *gate_, *up_, *logits_;
   uint16_t *h16_, *gate16_;  // BF16 copies of h_ and the SwiGLU output (matrix inputs)
   int32_t* next_ids_ = nullptr;
+  double* uniforms_ = nullptr;  // [max_rows_] for sample()
   float* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
   int n_sm_ = 0;
