@@ -29,20 +29,30 @@ void check_device(const std::string& device) {
 }
 
 #if OSCAR_WITH_CUDA
-GenerationStats generate_on_device(LoadedModel& m, int64_t capacity, const std::vector<int32_t>& prompt,
-                                   int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token) {
-  GenerationStats st;
+namespace {
+
+// The configured model on the GPU for one sequence of up to `capacity` tokens at a time.
+std::shared_ptr<cuda::DeviceModel> make_device_model(LoadedModel& m, int64_t capacity) {
   cuda::KvCacheLimits limits;
   limits.max_seqs = 1;
   limits.max_seq_len = capacity;
-  std::unique_ptr<cuda::DeviceModel> dm;
+  std::shared_ptr<cuda::DeviceModel> dm;
   try {
-    dm = std::make_unique<cuda::DeviceModel>(device_host_model(*m.transformer), device_kv_format(*m.transformer), limits);
+    dm = std::make_shared<cuda::DeviceModel>(device_host_model(*m.transformer), device_kv_format(*m.transformer), limits);
   } catch (const std::runtime_error& e) {
     fail("--device cuda: {}", e.what());
   }
   fmt::print(stderr, "device: weights {:.2f} GiB (BF16), KV cache {:.2f} GiB reserved\n",
              double(dm->weight_bytes()) / (1 << 30), double(dm->cache().bytes_reserved()) / (1 << 30));
+  return dm;
+}
+
+}  // namespace
+
+GenerationStats generate_on_device(LoadedModel& m, int64_t capacity, const std::vector<int32_t>& prompt,
+                                   int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token) {
+  GenerationStats st;
+  const std::shared_ptr<cuda::DeviceModel> dm = make_device_model(m, capacity);
   const int slot = dm->cache().add_sequence();
   const SamplerParams& sp = sampler.params();
   const bool greedy = sp.temperature <= 0.0f && sp.repeat_penalty == 1.0f;
@@ -85,17 +95,7 @@ GenerationStats generate_on_device(LoadedModel& m, int64_t capacity, const std::
   return st;
 }
 ChunkLogitsFn device_chunk_logits(LoadedModel& m, int n_ctx) {
-  cuda::KvCacheLimits limits;
-  limits.max_seqs = 1;
-  limits.max_seq_len = n_ctx;
-  std::shared_ptr<cuda::DeviceModel> dm;
-  try {
-    dm = std::make_shared<cuda::DeviceModel>(device_host_model(*m.transformer), device_kv_format(*m.transformer), limits);
-  } catch (const std::runtime_error& e) {
-    fail("--device cuda: {}", e.what());
-  }
-  fmt::print(stderr, "device: weights {:.2f} GiB (BF16), KV cache {:.2f} GiB reserved\n",
-             double(dm->weight_bytes()) / (1 << 30), double(dm->cache().bytes_reserved()) / (1 << 30));
+  const std::shared_ptr<cuda::DeviceModel> dm = make_device_model(m, n_ctx);
   return [dm](std::span<const int32_t> chunk, int first, std::vector<float>& logits) -> int64_t {
     const int slot = dm->cache().add_sequence();
     try {
@@ -109,15 +109,7 @@ ChunkLogitsFn device_chunk_logits(LoadedModel& m, int n_ctx) {
   };
 }
 PromptGenerateFn device_prompt_generate(LoadedModel& m, int64_t capacity) {
-  cuda::KvCacheLimits limits;
-  limits.max_seqs = 1;
-  limits.max_seq_len = capacity;
-  std::shared_ptr<cuda::DeviceModel> dm;
-  try {
-    dm = std::make_shared<cuda::DeviceModel>(device_host_model(*m.transformer), device_kv_format(*m.transformer), limits);
-  } catch (const std::runtime_error& e) {
-    fail("--device cuda: {}", e.what());
-  }
+  const std::shared_ptr<cuda::DeviceModel> dm = make_device_model(m, capacity);
   const Tokenizer* tok = m.tokenizer.get();
   const ModelConfig c = m.transformer->config();
   return [dm, tok, c, capacity](std::span<const int32_t> prompt, int max_new) {
@@ -146,15 +138,7 @@ PromptGenerateFn device_prompt_generate(LoadedModel& m, int64_t capacity) {
   };
 }
 DeviceBenchFn device_bench(LoadedModel& m, int64_t capacity) {
-  cuda::KvCacheLimits limits;
-  limits.max_seqs = 1;
-  limits.max_seq_len = capacity;
-  std::shared_ptr<cuda::DeviceModel> dm;
-  try {
-    dm = std::make_shared<cuda::DeviceModel>(device_host_model(*m.transformer), device_kv_format(*m.transformer), limits);
-  } catch (const std::runtime_error& e) {
-    fail("--device cuda: {}", e.what());
-  }
+  const std::shared_ptr<cuda::DeviceModel> dm = make_device_model(m, capacity);
   return [dm](const std::vector<int32_t>& prompt, const std::vector<int32_t>& gen) {
     DeviceBenchResult r;
     const int slot = dm->cache().add_sequence();

@@ -34,6 +34,7 @@
 #include "oscar/cuda/check_cuda.h"
 #include "oscar/cuda/device_kv_cache.h"
 #include "oscar/cuda/device_model.h"
+#include "bench_util.cuh"
 
 namespace {
 
@@ -125,70 +126,6 @@ KvFormat make_format(const KvSpec& spec, const ModelShape& s, uint64_t seed, dou
     for (size_t l = 0; l < L; ++l) f.rot_k[l] = random_orthogonal(s.head_dim, rng, rot_err);
   }
   return f;
-}
-
-// Device allocations that may fail (then the copy bandwidth is reported as 0).
-struct Allocs {
-  std::vector<void*> ptrs;
-  bool ok = true;
-  void* get(size_t bytes) {
-    void* p = nullptr;
-    if (!ok) return nullptr;
-    if (cudaMalloc(&p, std::max<size_t>(bytes, 16)) != cudaSuccess) {
-      (void)cudaGetLastError();
-      ok = false;
-      return nullptr;
-    }
-    ptrs.push_back(p);
-    return p;
-  }
-  ~Allocs() {
-    for (void* p : ptrs) cudaFree(p);
-  }
-};
-
-__global__ void fill_words(uint32_t* p, size_t n_words, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n_words; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t x = uint32_t(i) * 0x9e3779b9u ^ seed;
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    p[i] = x;
-  }
-}
-
-float median(std::vector<float> v) {
-  if (v.empty()) return 0.f;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Device-to-device copy bandwidth, counted as (bytes read + bytes written) / time: median
-// of `iters` copies of 1 GiB after 2 untimed ones (the method of bench_decode_attention).
-double copy_gbps(int iters) {
-  const size_t bytes = size_t(1) << 30;
-  Allocs a;
-  void* src = a.get(bytes);
-  void* dst = a.get(bytes);
-  if (!a.ok) return 0.0;
-  fill_words<<<1024, 256>>>(static_cast<uint32_t*>(src), bytes / 4, 1);
-  CHECK_CUDA(cudaGetLastError());
-  cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int i = 0; i < 2 + iters; ++i) {
-    CHECK_CUDA(cudaEventRecord(e0));
-    CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice));
-    CHECK_CUDA(cudaEventRecord(e1));
-    CHECK_CUDA(cudaEventSynchronize(e1));
-    float t = 0.f;
-    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-    if (i >= 2) ms.push_back(t);
-  }
-  CHECK_CUDA(cudaEventDestroy(e0));
-  CHECK_CUDA(cudaEventDestroy(e1));
-  return 2.0 * double(bytes) / (double(median(ms)) * 1e-3) / 1e9;
 }
 
 struct Row {
@@ -525,7 +462,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  const double copy = copy_gbps(25);
+  const double copy = copy_gbps(25);  // 1 GiB copies, median of 25 after 2 untimed (bench_util.cuh)
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));

@@ -1,0 +1,96 @@
+// Helpers shared by the CUDA benchmarks (bench_decode_attention, bench_e2e_decode): device
+// allocations that may fail, finite random fills, event-timed medians, and the
+// device-to-device copy bandwidth every "fraction of copy" figure divides by.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "oscar/cuda/check_cuda.h"
+
+namespace {
+
+// Device allocations that may fail (a row that does not fit is skipped, not fatal).
+struct Allocs {
+  std::vector<void*> ptrs;
+  bool ok = true;
+  void* get(size_t bytes) {
+    void* p = nullptr;
+    if (!ok) return nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(bytes, 16)) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the error; the caller checks ok
+      ok = false;
+      return nullptr;
+    }
+    ptrs.push_back(p);
+    return p;
+  }
+  ~Allocs() {
+    for (void* p : ptrs) cudaFree(p);
+  }
+};
+
+// Random bytes with bit 6 clear: then every bf16 and fp16 read from them has an exponent
+// field below all-ones and a magnitude below 2, so all values are finite.
+__global__ void fill_finite(uint32_t* p, size_t n_words, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n_words; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t x = uint32_t(i) * 0x9e3779b9u ^ seed;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    p[i] = x & 0xbfbfbfbfu;
+  }
+}
+
+void fill(void* p, size_t bytes, uint32_t seed) {
+  fill_finite<<<1024, 256>>>(static_cast<uint32_t*>(p), bytes / 4, seed);
+  CHECK_CUDA(cudaGetLastError());
+}
+
+float median(std::vector<float> v) {
+  if (v.empty()) return 0.f;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median milliseconds of `timed` between two events over `iters` runs after `warmup`
+// untimed ones; `before` runs ahead of each, outside the timed span.
+template <typename Before, typename Timed>
+float median_ms(int warmup, int iters, Before&& before, Timed&& timed) {
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < warmup + iters; ++i) {
+    before();
+    CHECK_CUDA(cudaEventRecord(e0));
+    timed();
+    CHECK_CUDA(cudaEventRecord(e1));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t = 0.f;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= warmup) ms.push_back(t);
+  }
+  CHECK_CUDA(cudaEventDestroy(e0));
+  CHECK_CUDA(cudaEventDestroy(e1));
+  return median(ms);
+}
+
+// Device-to-device copy bandwidth, counted as (bytes read + bytes written) / time.
+double copy_gbps(int iters) {
+  size_t bytes = size_t(1) << 30;
+  Allocs a;
+  void* src = a.get(bytes);
+  void* dst = a.get(bytes);
+  if (!a.ok) return 0.0;
+  fill(src, bytes, 1);
+  const float ms = median_ms(2, iters, [] {}, [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice)); });
+  return 2.0 * double(bytes) / (double(ms) * 1e-3) / 1e9;
+}
+
+}  // namespace
