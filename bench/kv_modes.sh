@@ -3,8 +3,8 @@
 # --kl-divergence) of every KV format on the held-out novel, with effective bits per
 # element at the evaluated length. Writes a Markdown table and JSON rows.
 #   bench/kv_modes.sh CTX CHUNKS OUT_PREFIX [MODEL] [ROTATIONS]
-# OSCAR_KV_MODES overrides the list ("int4+k-bias-split" / "int2-oscar+no-k-bias-split" add
-# that flag; "int2-oscar@DIR" uses the rotations in DIR, e.g. ones from `oscar rotations
+# OSCAR_KV_MODES overrides the list ("int4+k-bias-split" / "int2-oscar+no-k-bias-split" /
+# "int2-oscar+no-k-mean" add that flag; "int2-oscar@DIR" uses the rotations in DIR, e.g. ones from `oscar rotations
 # tune`, and is labelled with DIR's name); the BF16 base run is stored once per model, ctx
 # and chunk count under $OSCAR_CACHE/kld/ and reused.
 set -euo pipefail
@@ -44,10 +44,14 @@ for kv in $modes; do
       mode_rot="${kv#*@}" base_kv="${kv%%@*}"
       kv="$base_kv@$(basename "$mode_rot")"
     fi
-    case "$base_kv" in
-      *+no-k-bias-split) extra=(--no-k-bias-split) base_kv="${base_kv%+no-k-bias-split}" ;;
-      *+k-bias-split) extra=(--k-bias-split) base_kv="${base_kv%+k-bias-split}" ;;
-    esac
+    while true; do  # flag suffixes, in any order
+      case "$base_kv" in
+        *+no-k-bias-split) extra+=(--no-k-bias-split) base_kv="${base_kv%+no-k-bias-split}" ;;
+        *+k-bias-split) extra+=(--k-bias-split) base_kv="${base_kv%+k-bias-split}" ;;
+        *+no-k-mean) extra+=(--no-k-mean) base_kv="${base_kv%+no-k-mean}" ;;
+        *) break ;;
+      esac
+    done
     log="$("$bin" ppl -m "$model" -c "$ctx" --chunks "$chunks" --kv "$base_kv" "${extra[@]}" \
            --rotations "$mode_rot" --kl-divergence-base "$base" --kl-divergence 2>&1)" || { echo "$log" | tail -3; exit 1; }
     ppl="$(field 'Mean PPL(Q)' 1)"

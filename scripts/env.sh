@@ -7,5 +7,5 @@ export OSCAR_BUILD="${OSCAR_BUILD:-build}"
 export OSCAR_CALIB_TEXT="${OSCAR_CALIB_TEXT:-$OSCAR_CACHE/data/calib.txt}"
 export OSCAR_EVAL_TEXT="${OSCAR_EVAL_TEXT:-$OSCAR_CACHE/data/eval.txt}"
 # The cached calibration's directory under $OSCAR_CACHE/rotations/<model>/: 20 000 tokens in
-# 40 prompts, clip ratios searched per layer (calibrate's default).
-export OSCAR_ROTATIONS_NAME="${OSCAR_ROTATIONS_NAME:-seq20000_prompt40_clip}"
+# 40 prompts, clip ratios searched per layer and key means (calibrate's defaults).
+export OSCAR_ROTATIONS_NAME="${OSCAR_ROTATIONS_NAME:-seq20000_prompt40_clip_kmean}"

@@ -12,9 +12,11 @@
 #include "calibrate_tune.h"
 #include "commands.h"
 #include "common.h"
+#include "oscar/calib/key_mean.h"
 #include "oscar/calib/rotation_fit.h"
 #include "oscar/core/error.h"
 #include "oscar/kv/rotation_io.h"
+#include "oscar/ops/rope.h"
 
 namespace oscar::cli {
 
@@ -38,16 +40,22 @@ struct CalibrateOptions {
 class CovarianceObserver : public ForwardObserver {
  public:
   explicit CovarianceObserver(std::vector<CovarianceAccumulator>& acc, bool keep_kv)
-      : acc_(acc), keep_kv_(keep_kv), k_(acc.size()), v_(acc.size()) {}
+      : acc_(acc), keep_kv_(keep_kv), k_(acc.size()), v_(acc.size()), k_sum_(acc.size()) {}
   void on_attention_inputs(int layer, int64_t n, const float* q, const float* k, const float* v) override {
     CovarianceAccumulator& a = acc_[size_t(layer)];
     a.add_pass1(q, k, v, n);
+    const int64_t kvd = int64_t(a.n_kv_heads) * a.head_dim;
+    std::vector<double>& sum = k_sum_[size_t(layer)];
+    sum.resize(size_t(kvd), 0.0);
+    for (int64_t i = 0; i < n * kvd; ++i) sum[size_t(i % kvd)] += k[i];
     if (keep_kv_) {
       const int64_t len = n * a.n_kv_heads * a.head_dim;
       k_[size_t(layer)].insert(k_[size_t(layer)].end(), k, k + len);
       v_[size_t(layer)].insert(v_[size_t(layer)].end(), v, v + len);
     }
   }
+  // Σ over the calibration tokens of the post-RoPE key, per layer [n_kv_heads · d].
+  const std::vector<double>& key_sum(int layer) const { return k_sum_[size_t(layer)]; }
   void replay_pass2() {
     for (size_t l = 0; l < acc_.size(); ++l) {
       CovarianceAccumulator& a = acc_[l];
@@ -62,6 +70,7 @@ class CovarianceObserver : public ForwardObserver {
   std::vector<CovarianceAccumulator>& acc_;
   bool keep_kv_;
   std::vector<std::vector<float>> k_, v_;  // per layer [tokens, n_kv_heads, head_dim]
+  std::vector<std::vector<double>> k_sum_;
 };
 
 void progress(const char* what, int done, int total, double secs) {
@@ -138,6 +147,8 @@ int calibrate(const CalibrateOptions& o) {
     lr.v_eigenvalues = fv.eigenvalues;
     lr.k_clip = o.model.k_clip.value_or(0.96f);  // --k-clip / --v-clip; the published recipe by default
     lr.v_clip = o.model.v_clip.value_or(0.92f);
+    lr.k_mean = key_mean_after_split(obs.key_sum(l), per_prompt, o.prompts, rope_freqs(c),
+                                     m.transformer->weights().layers[size_t(l)].bk, c.n_kv_heads, c.head_dim);
     rs.layers.push_back(std::move(lr));
     spectra.push_back({{"layer", l}, {"k", fk.eigenvalues}, {"v", fv.eigenvalues}});
   }

@@ -10,7 +10,9 @@
 #include "commands.h"
 #include "common.h"
 #include "oscar/core/error.h"
+#include "oscar/eval/k_channel.h"
 #include "oscar/eval/kv_error.h"
+#include "oscar/eval/kv_search.h"
 #include "oscar/eval/kv_stats.h"
 #include "oscar/kv/hadamard.h"
 #include "oscar/formats/gguf.h"
@@ -25,6 +27,7 @@ struct EvalKvOptions {
   int queries = 256;
   bool stats = false;
   std::string json_out;
+  std::string k_channel_file;  // calibration text for the per-channel K transform comparison
 };
 
 const char* kDefaultModes = "bf16,int8,int4,int2,int2-hadamard,kivi2";
@@ -98,6 +101,64 @@ void print_row_stats(const Transformer& model, const QkvRecorder& rec, int64_t n
   fmt::print("\n");
 }
 
+// The first n tokens of `path`, fed through the f32 model with q/k/v recorded.
+void record_qkv(LoadedModel& m, const std::string& path, int64_t n, QkvRecorder& rec) {
+  std::vector<int32_t> ids = m.tokenizer->encode(read_text_file(path), m.tokenizer->add_bos(), false);
+  if (int64_t(ids.size()) < n) fail("'{}' has {} tokens, fewer than -c {}", path, ids.size(), n);
+  ids.resize(size_t(n));
+  m.transformer->set_observer(&rec);
+  KvCache cache = m.transformer->make_cache(n);
+  const SeqId seq = cache.add_sequence();
+  std::vector<float> logits;
+  const auto t0 = std::chrono::steady_clock::now();
+  m.transformer->forward(cache, seq, ids, LogitsFor::last, logits);
+  m.transformer->set_observer(nullptr);
+  fmt::print(stderr, "recorded q/k/v of {} layers over {} tokens of {} in {:.1f} s\n", m.transformer->config().n_layers,
+             n, std::filesystem::path(path).filename().string(), seconds_since(t0));
+}
+
+// Issue 6's per-channel K centring/scaling candidate (k_channel.h): fitted and clip-searched
+// on the calibration text, measured on the evaluation recording.
+void compare_k_channel(LoadedModel& m, const EvalKvOptions& o, const QkvRecorder& eval, int64_t n,
+                       const std::vector<KvSpec>& specs, const std::optional<RotationSet>& rs) {
+  const ModelConfig& c = m.transformer->config();
+  if (!rs) fail("--k-channel needs calibrated rotations (--rotations DIR|GGUF)");
+  const KvSpec* spec = nullptr;
+  for (const KvSpec& s : specs)
+    if (s.uses_rotation(KvRotation::calibrated, c.n_layers) && !s.mixed() && s.quantized()) spec = &s;
+  if (!spec) fail("--k-channel: give an int2-oscar type in --kv");
+  QkvRecorder calib(c.n_layers, AttentionShape{c.n_heads, c.n_kv_heads, c.head_dim});
+  record_qkv(m, o.k_channel_file, n, calib);
+  // {center, mean, scale, refit}
+  const std::vector<KChannelVariant> variants = {{false, false, false, true}, {true, false, false, false},
+                                                 {false, true, false, false}, {true, true, false, false},
+                                                 {false, false, true, true},  {false, true, true, true},
+                                                 {true, false, true, true}};
+  const std::vector<float> grid = default_clip_grid();
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<KChannelResult> res =
+      compare_k_channel_variants(*m.transformer, calib, eval, n, o.queries, *spec, *rs, variants, grid);
+  fmt::print(stderr, "k-channel comparison in {:.1f} s\n", seconds_since(t0));
+
+  fmt::print("\nPer-channel K transforms before the rotation: held-out attention-output error per layer\n");
+  fmt::print("(fitted, and each K clip searched, on {} tokens of {}; gain: the predicted error-product factor of "
+             "the scale, (Σ√(Q_c K_c))² / (ΣQ_c·ΣK_c); clip: searched K clip)\n\n",
+             n, std::filesystem::path(o.k_channel_file).filename().string());
+  fmt::print("| layer | gain |");
+  for (const KChannelResult& r : res) fmt::print(" {} | clip |", r.variant);
+  fmt::print("\n|---|---|");
+  for (size_t i = 0; i < res.size(); ++i) fmt::print("---|---|");
+  fmt::print("\n");
+  for (int l = 0; l < c.n_layers; ++l) {
+    fmt::print("| {} | {:.3f} |", l, res[0].predicted_gain[size_t(l)]);
+    for (const KChannelResult& r : res) fmt::print(" {:.4f} | {:.2f} |", r.layer_error[size_t(l)], r.k_clip[size_t(l)]);
+    fmt::print("\n");
+  }
+  fmt::print("| mean | |");
+  for (const KChannelResult& r : res) fmt::print(" {:.4f} | |", r.mean_error());
+  fmt::print("\n");
+}
+
 int eval_kv(const EvalKvOptions& o, const std::string& modes_flag) {
   ModelOptions mo = o.model;
   mo.kv = "f32";  // the reference trajectory: every format sees the model's own q, k, v
@@ -121,25 +182,15 @@ int eval_kv(const EvalKvOptions& o, const std::string& modes_flag) {
     fail("rotations are for {} layers of head_dim {}, the model has {} layers of head_dim {}", rs->layers.size(),
          rs->head_dim, c.n_layers, c.head_dim);
 
-  std::vector<int32_t> ids = m.tokenizer->encode(read_text_file(o.file), m.tokenizer->add_bos(), false);
   const int64_t n = std::min<int64_t>(o.model.ctx, c.n_ctx_train > 0 ? c.n_ctx_train : o.model.ctx);
-  if (int64_t(ids.size()) < n) fail("'{}' has {} tokens, fewer than -c {}", o.file, ids.size(), n);
   if (o.queries < 1 || o.queries > n) fail("--queries must be in [1, {}], got {}", n, o.queries);
-  ids.resize(size_t(n));
-
-  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim};
-  QkvRecorder rec(c.n_layers, shape);
-  m.transformer->set_observer(&rec);
-  {
-    KvCache cache = m.transformer->make_cache(n);
-    const SeqId seq = cache.add_sequence();
-    std::vector<float> logits;
-    const auto t0 = std::chrono::steady_clock::now();
-    m.transformer->forward(cache, seq, ids, LogitsFor::last, logits);
-    fmt::print(stderr, "recorded q/k/v of {} layers over {} tokens in {:.1f} s\n", c.n_layers, n, seconds_since(t0));
-  }
-  m.transformer->set_observer(nullptr);
+  QkvRecorder rec(c.n_layers, AttentionShape{c.n_heads, c.n_kv_heads, c.head_dim});
+  record_qkv(m, o.file, n, rec);
   if (o.stats) print_row_stats(*m.transformer, rec, n, rs ? &*rs : nullptr);
+  if (!o.k_channel_file.empty()) {
+    compare_k_channel(m, o, rec, n, specs, rs);
+    return 0;
+  }
 
   const KvErrorProbe probe(*m.transformer, rec, n, o.queries);
   std::vector<ModeResult> results;
@@ -201,6 +252,10 @@ void add_eval_kv_command(CLI::App& app) {
   cmd->add_option("--queries", o->queries, "score the attention output of the last N positions");
   cmd->add_flag("--stats", o->stats, "also print per-layer K/V row statistics (outliers, bias share, max/RMS after rotation)");
   cmd->add_option("--json", o->json_out, "also write the table as JSON to this file");
+  cmd->add_option("--k-channel", o->k_channel_file,
+                  "instead of the table: measure per-channel K centring/scaling before the rotation, fitted on this "
+                  "calibration text (needs an int2-oscar type in --kv)")
+      ->check(CLI::ExistingFile);
   cmd->callback([o, cmd] { eval_kv(*o, cmd->count("--kv") ? o->model.kv : std::string()); });
 }
 

@@ -41,6 +41,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool with_ctx) {
                              "store keys without their QKV-bias part RoPE(b_k, pos) and add it back exactly at "
                              "attention time (default: on for int2-oscar*, off for the baselines)");
   cmd.add_flag("--no-k-bias-split", o.no_k_bias_split, "keep the QKV bias inside the quantized keys")->excludes(split);
+  cmd.add_flag("--no-k-mean", o.no_k_mean,
+               "int2-oscar*: do not subtract the rotations' calibrated key mean before caching keys (on by default "
+               "when the rotations carry one; softmax cancels the shift, so it costs nothing at run time)");
   cmd.add_flag("-v,--verbose", o.verbose, "print loading details");
 }
 
@@ -79,6 +82,7 @@ KvSpec kv_spec_from(const ModelOptions& o, int n_layers) {
   if (o.v_clip) s.v_clip = *o.v_clip;
   if (o.k_bias_split) s.k_bias_split = true;
   if (o.no_k_bias_split) s.k_bias_split = false;
+  if (o.no_k_mean) s.k_mean = false;
   apply_clip_flags(o, s.layer_types);
   s.validate();
   return s;

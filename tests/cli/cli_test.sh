@@ -102,6 +102,13 @@ if [[ -f "$OSCAR_MODEL" ]]; then
     "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 64 --chunks 1 --kv int2-oscar --rotations "$tmp/rot"
   check "--no-k-bias-split is reported" 0 "KV int2-oscar\+no-k-bias-split$" \
     "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 64 --chunks 1 --kv int2-oscar --rotations "$tmp/rot" --no-k-bias-split
+  check "calibrate writes a key mean per layer (3 KV heads x 64)" 0 "" \
+    python3 -c "import json,sys; m=json.load(open('$tmp/rot/manifest.json')); sys.exit(0 if len(m['layers'])==30 and all(len(l['k_mean'])==192 for l in m['layers']) else 1)"
+  check "--no-k-mean is reported" 0 "KV int2-oscar\+no-k-mean$" \
+    "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 64 --chunks 1 --kv int2-oscar --rotations "$tmp/rot" --no-k-mean
+  check "eval-kv --k-channel compares the K transforms" 0 "\| mean \| \| 0\.[0-9]+ \| \| 0\.[0-9]+ \|" \
+    "$bin" eval-kv -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 384 --queries 8 --kv int2-oscar \
+    --rotations "$tmp/rot" --k-channel "$here/../data/ppl_text.txt"
   check "--k-bias-split on a baseline is reported" 0 "KV int4\+k-bias-split$" \
     "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 64 --chunks 1 --kv int4 --k-bias-split
   # Per-layer precision under a budget (--kv-budget) and per-layer clip ratios (--clip-search):

@@ -137,6 +137,22 @@ TEST(DeviceModelLoader, RefusesWhatTheDeviceLacks) {
   const RotationSet rs = random_rotations(2, 64);
   q.configure_kv(split, &rs);
   EXPECT_THROW(device_kv_format(q), Error);
+  // A calibrated key mean (--k-mean) is refused until the device cache subtracts it; with
+  // --no-k-mean the same rotations are accepted.
+  RotationSet meaned = random_rotations(2, 64);
+  for (LayerRotation& l : meaned.layers) l.k_mean.assign(size_t(2 * 64), 0.25f);
+  Transformer m(bf16_exact_model(false, 9)), n(bf16_exact_model(false, 9));
+  m.configure_kv(small_windows("int2-oscar"), &meaned);
+  try {
+    device_kv_format(m);
+    ADD_FAILURE() << "a key mean was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--no-k-mean"), std::string::npos) << e.what();
+  }
+  KvSpec no_mean = small_windows("int2-oscar");
+  no_mean.k_mean = false;
+  n.configure_kv(no_mean, &meaned);
+  EXPECT_NO_THROW(device_kv_format(n));
 }
 
 // The GPU-vs-CPU cases: the CPU's logits for every position of 120 random tokens with

@@ -86,6 +86,19 @@ TEST(KvSearch, KeyBiasSplitIsMeasured) {
   EXPECT_NE(probe.layer(with, nullptr, 1).error, probe.layer(without, nullptr, 1).error);
 }
 
+TEST(KvSearch, KeyMeanIsMeasured) {
+  // A calibrated key mean under --k-mean changes what the probe quantizes; without the
+  // flag the probe sees the set as if it had none.
+  Fixture f;
+  const KvErrorProbe probe(f.model, f.rec, kTokens, kQueries);
+  RotationSet meaned = f.rs;
+  for (LayerRotation& l : meaned.layers) l.k_mean = test::random_vector(2 * kDim, 70 + uint64_t(l.layer), -3.0f, 3.0f);
+  KvSpec on = spec("int2-oscar"), off = spec("int2-oscar");
+  off.k_mean = false;
+  EXPECT_NE(probe.layer(on, &meaned, 1).error, probe.layer(on, &f.rs, 1).error);
+  EXPECT_EQ(probe.layer(off, &meaned, 1).error, probe.layer(on, &f.rs, 1).error);
+}
+
 TEST(KvSearch, ClipSearchNeverHurtsAndIsReproducible) {
   Fixture f;
   const KvErrorProbe probe(f.model, f.rec, kTokens, kQueries);

@@ -245,5 +245,14 @@ TEST(KvSpecDefaults, KeyBiasSplit) {
   EXPECT_EQ(b.name(), "int4+k-bias-split");
 }
 
+TEST(KvSpecDefaults, KeyMean) {
+  EXPECT_TRUE(KvSpec::parse("int2-oscar").k_mean);
+  EXPECT_TRUE(KvSpec::parse("int2-oscar-lloydmax").k_mean);
+  for (const char* m : {"bf16", "int8", "int4", "int2", "int2-hadamard", "kivi2"}) EXPECT_FALSE(KvSpec::parse(m).k_mean) << m;
+  KvSpec s = KvSpec::parse("int2-oscar");
+  s.k_mean = false;
+  EXPECT_EQ(s.name(), "int2-oscar+no-k-mean");
+}
+
 }  // namespace
 }  // namespace oscar

@@ -60,6 +60,16 @@ TEST(RotationGguf, EmbedAndReadBack) {
   ASSERT_TRUE(typed.has_value());
   EXPECT_EQ(typed->kv_layers, "1:int4");
   EXPECT_DOUBLE_EQ(typed->kv_budget_bits, 3.25);
+  // Calibrated key means (--k-mean) travel as tensors; layers without one stay without.
+  rs.kv_layers.clear();
+  rs.layers[1].k_mean.assign(32, 0.0f);
+  for (size_t i = 0; i < 32; ++i) rs.layers[1].k_mean[i] = float(i) * 0.5f - 3.0f;
+  embed_rotations(model, rs, (dir / "mean.gguf").string());
+  const auto meaned = read_embedded_rotations(gguf::GgufFile::open((dir / "mean.gguf").string()));
+  ASSERT_TRUE(meaned.has_value());
+  EXPECT_TRUE(meaned->layers[0].k_mean.empty());
+  EXPECT_EQ(meaned->layers[1].k_mean, rs.layers[1].k_mean);
+  rs.layers[1].k_mean.clear();
   rs.kv_layers = "2:int4";  // layer 2 of a 2-layer set
   EXPECT_THROW(embed_rotations(model, rs, (dir / "bad.gguf").string()), Error);
   fs::remove_all(dir);

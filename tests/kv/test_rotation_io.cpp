@@ -182,6 +182,34 @@ TEST(RotationIo, WriteReadRoundTrip) {
   EXPECT_EQ(c.kv_layers, "");
 }
 
+TEST(RotationIo, KeyMeansRoundTripAndBadOnesAreRefused) {
+  TempDir t("k_mean");
+  RotationSet rs = sample_set(16, 3);
+  rs.layers[0].k_mean.assign(32, 0.0f);  // two KV heads of 16
+  for (size_t i = 0; i < 32; ++i) rs.layers[0].k_mean[i] = 0.37f * float(i) - 5.0f;
+  write_rotation_dir(rs, t.path.string());
+  const RotationSet back = read_rotation_dir(t.path.string());
+  EXPECT_EQ(back.layers[0].k_mean, rs.layers[0].k_mean);
+  EXPECT_TRUE(back.layers[1].k_mean.empty());  // optional per layer
+
+  rs.layers[1].k_mean.assign(20, 1.0f);  // not a multiple of head_dim
+  EXPECT_THROW(write_rotation_dir(rs, t.path.string()), Error);
+  rs.layers[1].k_mean.assign(16, NAN);
+  EXPECT_THROW(rs.validate(), Error);
+
+  std::ifstream in(t.path / "manifest.json");
+  auto m = nlohmann::json::parse(in);
+  in.close();
+  m["layers"][2]["k_mean"] = "not numbers";
+  std::ofstream(t.path / "manifest.json") << m.dump();
+  try {
+    read_rotation_dir(t.path.string());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("k_mean"), std::string::npos) << e.what();
+  }
+}
+
 TEST(RotationIo, PerLayerKvTypesRoundTripAndBadOnesAreRefused) {
   TempDir t("kv_layers");
   RotationSet rs = sample_set(16, 3);

@@ -170,3 +170,67 @@ TEST(KBiasSplit, ChangesWhatIsQuantized) {
 
 }  // namespace
 }  // namespace oscar
+
+namespace oscar {
+namespace {
+
+// --k-mean: every key of a calibrated layer loses the same vector before it is cached, so
+// each query's scores move by one constant that softmax cancels: with an exact cache the
+// logits stay (≤ 1e-4 relative); with INT2 history what is quantized changes; a mean of
+// the wrong size is refused by name.
+RotationSet with_key_means(RotationSet rs, int n_kv, uint64_t seed) {
+  for (LayerRotation& l : rs.layers) l.k_mean = test::random_vector(size_t(n_kv * rs.head_dim), seed++, -2.0f, 2.0f);
+  rs.validate();
+  return rs;
+}
+
+TEST(KMean, ExactCacheUnchanged) {
+  const RotationSet plain_rs = random_rotations(2, 16, false, 61);
+  const RotationSet mean_rs = with_key_means(plain_rs, 2, 90);
+  for (bool bias : {false, true}) {
+    SCOPED_TRACE(bias ? "qwen2 bias, split" : "llama");
+    KvSpec spec = f32_spec(KvRotation::calibrated);
+    spec.k_bias_split = bias;
+    spec.k_mean = true;
+    Transformer plain(tiny_model(bias, 12)), meaned(tiny_model(bias, 12));
+    plain.configure_kv(spec, &plain_rs);
+    meaned.configure_kv(spec, &mean_rs);
+    EXPECT_TRUE(plain.key_shift(0).empty());
+    ASSERT_EQ(meaned.key_shift(1).size(), 32u);
+    const std::vector<float> ref = run_logits(plain), got = run_logits(meaned);
+    ASSERT_EQ(got.size(), ref.size());
+    EXPECT_LE(test::max_rel_error(got.data(), ref.data(), ref.size()), 1e-4);
+  }
+}
+
+TEST(KMean, ChangesWhatIsQuantizedAndIsCheckedAgainstTheModel) {
+  const RotationSet plain_rs = random_rotations(2, 16, false, 62);
+  const RotationSet mean_rs = with_key_means(plain_rs, 2, 91);
+  KvSpec spec = KvSpec::parse("int2-oscar");
+  spec.sink = 2;
+  spec.recent = 4;
+  spec.group = 16;
+  KvSpec off = spec;
+  off.k_mean = false;
+  Transformer a(tiny_model(false, 13)), b(tiny_model(false, 13)), c(tiny_model(false, 13));
+  a.configure_kv(spec, &mean_rs);
+  b.configure_kv(off, &mean_rs);
+  c.configure_kv(spec, &plain_rs);
+  EXPECT_TRUE(b.key_shift(0).empty());
+  const auto la = run_logits(a), lb = run_logits(b), lc = run_logits(c);
+  EXPECT_GT(test::max_rel_error(la.data(), lb.data(), lb.size()), 1e-3);
+  EXPECT_EQ(lb, lc);  // --no-k-mean is the set without means
+
+  RotationSet bad = plain_rs;
+  bad.layers[1].k_mean.assign(16, 0.5f);  // one KV head's worth; the model has two
+  Transformer d(tiny_model(false, 13));
+  try {
+    d.configure_kv(spec, &bad);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 1 k_mean"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace oscar

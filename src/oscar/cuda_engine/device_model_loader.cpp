@@ -66,6 +66,9 @@ cuda::KvFormat device_kv_format(const Transformer& t) {
   if (spec.dtype != KvDtype::bf16) fail("--device cuda: the KV cache must be bf16 (not {})", spec.mode);
   if (spec.k_bias_split && c.qkv_bias)
     fail("--device cuda: --k-bias-split is not supported by the CUDA cache yet (add --no-k-bias-split)");
+  for (int l = 0; l < c.n_layers; ++l)
+    if (!t.key_shift(l).empty())
+      fail("--device cuda: the rotations' key mean (--k-mean) is not supported by the CUDA cache yet (add --no-k-mean)");
   cuda::KvFormat f;
   f.sink = spec.sink;
   f.window = spec.recent;

@@ -42,6 +42,8 @@ CachedAttention cached_attention(const AttentionShape& s, const LayerQkv& x, int
   std::vector<float> k(x.k.begin(), x.k.begin() + n_tokens * kvd), v(x.v.begin(), x.v.begin() + n_tokens * kvd);
   const int64_t q0 = n_tokens - n_queries;
   std::vector<float> q(x.q.begin() + q0 * qd, x.q.begin() + n_tokens * qd);
+  if (f.k_mean)
+    for (int64_t i = 0; i < n_tokens * kvd; ++i) k[size_t(i)] -= f.k_mean[i % kvd];
   const bool rotate = f.rotator && f.rotator->active();
   if (rotate) {
     f.rotator->rotate_k(f.layer, q.data(), n_queries * s.n_heads);
@@ -98,6 +100,12 @@ KvErrorProbe::LayerResult KvErrorProbe::layer(const KvSpec& spec, const Rotation
   LayerKvFormat f{ls, ls.quantized() ? &kf[size_t(l)] : nullptr, ls.quantized() ? &vf[size_t(l)] : nullptr, &rot, l};
   const std::vector<float>& bias = bias_rows_[size_t(l)];
   if (spec.k_bias_split && !bias.empty()) f.k_bias_rows = bias.data();
+  if (calibrated && spec.k_mean && !rs->layers[size_t(l)].k_mean.empty()) {
+    const std::vector<float>& m = rs->layers[size_t(l)].k_mean;
+    if (int64_t(m.size()) != int64_t(c.n_kv_heads) * c.head_dim)
+      fail("rotations: layer {} k_mean has {} values, the model needs {}", l, m.size(), int64_t(c.n_kv_heads) * c.head_dim);
+    f.k_mean = m.data();
+  }
   const CachedAttention a = cached_attention(shape_, rec_.layer(l), n_, queries_, f);
   const double history_bits = ls.quantized() ? (kf[size_t(l)].bits_per_element() + vf[size_t(l)].bits_per_element()) / 2
                                              : 8.0 * ls.fp_bytes_per_element();

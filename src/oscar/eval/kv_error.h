@@ -48,6 +48,9 @@ struct LayerKvFormat {
   // --k-bias-split: [n_tokens, n_kv_heads, d] RoPE(b_k, p) rows (unrotated), kept out of
   // the cache and added back at attention time; null: off.
   const float* k_bias_rows = nullptr;
+  // --k-mean: [n_kv_heads, d] (unrotated) subtracted from every key before it is cached;
+  // null: off.
+  const float* k_mean = nullptr;
 };
 
 struct CachedAttention {

@@ -122,6 +122,8 @@ std::string KvSpec::name() const {
   // Only a choice that differs from the type's default is spelled out.
   const bool default_split = mode.starts_with("int2-oscar");
   if (k_bias_split != default_split) s += k_bias_split ? "+k-bias-split" : "+no-k-bias-split";
+  // The key mean belongs to calibrated rotations: other types (or layers) never use it.
+  if (rotation == KvRotation::calibrated && k_mean != default_split) s += k_mean ? "+k-mean" : "+no-k-mean";
   return s;
 }
 
@@ -215,6 +217,7 @@ KvSpec KvSpec::parse(std::string_view kv) {
     // Ours, not the reference's: a QKV bias stays out of the quantized keys (it is what
     // breaks low-bit keys on Qwen2.5; docs/results.md). No effect on models without one.
     s.k_bias_split = true;
+    s.k_mean = true;  // ours too: centre the keys on the calibration mean (docs/results.md)
   } else {
     fail("unknown KV cache type '{}' (valid: bf16, f32, int8, int4, int2, int2-hadamard, kivi2, int2-oscar, "
          "int2-oscar-lloydmax, int2-oscar-lloydmax-exact)", kv);

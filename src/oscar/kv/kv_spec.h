@@ -68,6 +68,9 @@ struct KvSpec {
   // Keys are stored without the part a QKV bias contributes (RoPE(b_k, p), known exactly
   // from the position), which attention adds back in full precision (--k-bias-split).
   bool k_bias_split = false;
+  // Calibrated layers subtract their rotation set's post-RoPE key mean from every key
+  // before caching it (softmax cancels the shift exactly; LayerRotation::k_mean).
+  bool k_mean = false;
   KvRotation rotation = KvRotation::none;
   std::vector<KvLayerType> layer_types;  // --kv-layers overrides (disjoint, sorted); empty: uniform
 

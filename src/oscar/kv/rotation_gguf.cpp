@@ -65,6 +65,9 @@ void embed_rotations(const gguf::GgufFile& model, const RotationSet& rs, const s
                  bytes_of(l.k_rotation.empty() ? eye : l.k_rotation));
     w.add_tensor(fmt::format("oscar.rot_v.{}", l.layer), GgmlType::f32, {uint64_t(d), uint64_t(d)},
                  bytes_of(l.v_rotation.empty() ? eye : l.v_rotation));
+    if (!l.k_mean.empty())
+      w.add_tensor(fmt::format("oscar.k_mean.{}", l.layer), GgmlType::f32, {uint64_t(d), uint64_t(l.k_mean.size()) / uint64_t(d)},
+                   bytes_of(l.k_mean));
   }
   w.set("oscar.k_clip", f32_array(kc));
   w.set("oscar.v_clip", f32_array(vc));
@@ -98,6 +101,11 @@ std::optional<RotationSet> read_embedded_rotations(const gguf::GgufFile& f) {
     lr.v_rotation = read_matrix(f, fmt::format("oscar.rot_v.{}", l), int(d));
     lr.k_clip = float(kc[size_t(l)]);
     lr.v_clip = float(vc[size_t(l)]);
+    if (const gguf::TensorInfo* t = f.find_tensor(fmt::format("oscar.k_mean.{}", l))) {
+      if (t->type != GgmlType::f32 || t->ne.size() != 2 || t->ne[0] != uint64_t(d) || t->ne[1] == 0 || t->ne[1] > 1024)
+        fail("{}: tensor 'oscar.k_mean.{}' must be F32 [{}, n_kv_heads]", f.path(), l, d);
+      lr.k_mean = f.dequantize(*t);
+    }
     rs.layers.push_back(std::move(lr));
   }
   rs.kv_layers = f.get_string("oscar.kv_layers", "");

@@ -159,7 +159,11 @@ void write_rotation_dir(const RotationSet& rs, const std::string& dir, const nlo
   m["v_file"] = v_file;
   m["n_layers"] = rs.layers.size();
   nlohmann::json layers = nlohmann::json::array();
-  for (const LayerRotation& l : rs.layers) layers.push_back({{"layer", l.layer}, {"k_clip", l.k_clip}, {"v_clip", l.v_clip}});
+  for (const LayerRotation& l : rs.layers) {
+    nlohmann::json e = {{"layer", l.layer}, {"k_clip", l.k_clip}, {"v_clip", l.v_clip}};
+    if (!l.k_mean.empty()) e["k_mean"] = l.k_mean;
+    layers.push_back(std::move(e));
+  }
   m["layers"] = std::move(layers);
   if (!rs.kv_layers.empty()) {
     m["kv_layers"] = rs.kv_layers;
@@ -269,6 +273,7 @@ RotationSet read_rotation_dir(const std::string& dir_str) {
       if (l < 0 || static_cast<size_t>(l) >= n) fail("{}: layer {} is not among the {} layers of the rotation files", ms, l, n);
       rs.layers[static_cast<size_t>(l)].k_clip = manifest_get<float>(e, "k_clip", default_k_clip, ms);
       rs.layers[static_cast<size_t>(l)].v_clip = manifest_get<float>(e, "v_clip", default_v_clip, ms);
+      rs.layers[static_cast<size_t>(l)].k_mean = manifest_get<std::vector<float>>(e, "k_mean", {}, ms);
     }
   }
   rs.kv_layers = manifest_get<std::string>(m, "kv_layers", "", ms);

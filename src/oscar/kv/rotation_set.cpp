@@ -84,6 +84,10 @@ void RotationSet::validate() const {
     check_eigenvalues(l.v_eigenvalues, d, l.layer, "v");
     check_clip(l.k_clip, l.layer, "k");
     check_clip(l.v_clip, l.layer, "v");
+    if (l.k_mean.size() % size_t(d) != 0)
+      fail("rotation set: layer {} k_mean has {} values, not a multiple of head_dim {}", l.layer, l.k_mean.size(), d);
+    for (float x : l.k_mean)
+      if (!std::isfinite(x)) fail("rotation set: layer {} k_mean has a non-finite value", l.layer);
   }
   if (!kv_layers.empty()) {
     try {

@@ -16,6 +16,11 @@ struct LayerRotation {
   std::vector<float> v_eigenvalues;  // [d]
   float k_clip = 0.0f;               // quantile clip ratio in [0, 1]; 0: no clipping
   float v_clip = 0.0f;
+  // [n_kv_heads · d] the calibration mean of the post-RoPE key (unrotated basis, after the
+  // --k-bias-split part), subtracted from every key before it is cached (--k-mean): one
+  // constant shift of all keys moves each query's scores by one constant, which softmax
+  // cancels, so nothing is added back. Empty: none.
+  std::vector<float> k_mean;
 };
 
 struct RotationSet {
@@ -33,7 +38,8 @@ struct RotationSet {
   double kv_budget_bits = 0.0;  // the mean history bits per element they were chosen for
 
   // Throws oscar::Error naming the layer/field when shapes or values are inconsistent
-  // (d a power of two divisible by 4, G | d, matrices d×d, clips in [0, 1]).
+  // (d a power of two divisible by 4, G | d, matrices d×d, clips in [0, 1], k_mean a
+  // finite multiple of d long).
   void validate() const;
 };
 

@@ -12,7 +12,8 @@
 
 namespace oscar {
 
-Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(rope_freqs(w_.config)) {}
+Transformer::Transformer(ModelWeights weights)
+    : w_(std::move(weights)), rope_(rope_freqs(w_.config)), key_shift_(size_t(w_.config.n_layers)) {}
 
 KvShape Transformer::kv_shape() const {
   return KvShape{config().n_layers, config().n_kv_heads, config().head_dim};
@@ -45,6 +46,17 @@ void Transformer::configure_kv(const KvSpec& spec, const RotationSet* rotations,
   if (rs && absorb_v) absorb_v_rotation(w_, *rs);
   rotation_ = std::move(rotator);
   kv_spec_ = spec;
+  key_shift_.assign(size_t(c.n_layers), {});
+  if (rs && spec.k_mean)
+    for (int l = 0; l < c.n_layers; ++l) {
+      const std::vector<float>& m = rs->layers[size_t(l)].k_mean;
+      if (m.empty() || spec.layer_rotation(l) != KvRotation::calibrated) continue;
+      if (int64_t(m.size()) != int64_t(c.n_kv_heads) * c.head_dim)
+        fail("rotations: layer {} k_mean has {} values, the model needs n_kv_heads·head_dim = {}", l, m.size(),
+             int64_t(c.n_kv_heads) * c.head_dim);
+      key_shift_[size_t(l)] = m;
+      rotation_.rotate_k(l, key_shift_[size_t(l)].data(), c.n_kv_heads);
+    }
   if (spec.quantized()) {
     auto [kf, vf] = make_history_formats(spec, kv_shape(), rs);
     k_formats_ = std::move(kf);
@@ -133,6 +145,9 @@ void Transformer::attention_block(KvCache& cache, SeqId seq, int layer, int64_t 
     const float* b = key_add + pos0 * kvd;
     for (int64_t i = 0; i < n * kvd; ++i) k_[size_t(i)] -= b[i];
   }
+  if (const std::vector<float>& m = key_shift_[size_t(layer)]; !m.empty())
+    for (int64_t t = 0; t < n; ++t)  // one shift for every key: softmax cancels it (--k-mean)
+      for (int64_t i = 0; i < kvd; ++i) k_[size_t(t * kvd + i)] -= m[size_t(i)];
   cache.write(layer, seq, pos0, n, k_.data(), v_.data());
   cache.demote(layer, seq, pos0 + n);
 

@@ -43,6 +43,9 @@ class Transformer {
   const KvRotator& kv_rotator() const { return rotation_; }
   const HistoryFormat& k_history_format(int layer) const { return k_formats_[size_t(layer)]; }
   const HistoryFormat& v_history_format(int layer) const { return v_formats_[size_t(layer)]; }
+  // [n_kv_heads · head_dim] what every key of `layer` has subtracted before it is cached, in
+  // the cache's (rotated) basis: the rotations' k_mean under --k-mean; empty: nothing.
+  const std::vector<float>& key_shift(int layer) const { return key_shift_[size_t(layer)]; }
   // A cache in the configured format for `capacity_tokens` tokens.
   KvCache make_cache(int64_t capacity_tokens) const;
   void set_observer(ForwardObserver* obs) { observer_ = obs; }
@@ -69,6 +72,7 @@ class Transformer {
   // Per layer [positions, n_kv_heads, head_dim]: the K bias after RoPE at each position,
   // in the cache's basis; filled only for layers that split the bias off.
   std::vector<std::vector<float>> key_bias_;
+  std::vector<std::vector<float>> key_shift_;  // per layer, see key_shift()
   // Scratch, sized for the largest batch seen so far.
   std::vector<float> x_, h_, q_, k_, v_, att_, proj_, gate_, up_;
 };
