@@ -25,6 +25,7 @@ constexpr uint16_t kPoison = 0xFFFF;  // a NaN pattern no BF16 write produces he
 struct Case {
   int batch, n_heads, n_kv, d;
   bool qk_norm, interleaved, rot_k, rot_v;
+  bool k_shift = false;  // --k-mean: a vector per KV head subtracted from k after R_K
 };
 
 std::vector<float> normal_vec(size_t n, std::mt19937& rng, float sd) {
@@ -87,7 +88,7 @@ double norm2(const std::vector<double>& v) {
 
 // Worst error over the case, in units of the tolerance (≤ 1 passes); pos_shift moves the
 // reference's positions (the self-check).
-double run_case(const Case& c, uint32_t seed, int pos_shift, std::string* detail) {
+double run_case(const Case& c, uint32_t seed, int pos_shift, std::string* detail, bool drop_k_shift = false) {
   std::mt19937 rng(seed);
   const int B = c.batch, H = c.n_heads, Hkv = c.n_kv, d = c.d;
   const std::vector<float> q = normal_vec(size_t(B) * H * d, rng, 2.0f), k = normal_vec(size_t(B) * Hkv * d, rng, 2.0f),
@@ -100,6 +101,7 @@ double run_case(const Case& c, uint32_t seed, int pos_shift, std::string* detail
   }
   if (c.rot_k) rk = orthogonal(d, rng);
   if (c.rot_v) rv = orthogonal(d, rng);
+  const std::vector<float> shift = c.k_shift ? normal_vec(size_t(Hkv) * d, rng, 3.0f) : std::vector<float>();
   std::vector<double> inv_freq(size_t(d / 2));
   for (int i = 0; i < d / 2; ++i) inv_freq[size_t(i)] = std::pow(1e6, -2.0 * i / d);
   const double scale = 0.5;
@@ -117,7 +119,7 @@ double run_case(const Case& c, uint32_t seed, int pos_shift, std::string* detail
   const size_t pool = size_t(n_pages) * Hkv * kPage * d;
   DeviceBuffer d_pos = DeviceBuffer::from(pos), d_q = DeviceBuffer::from(q), d_k = DeviceBuffer::from(k),
                d_v = DeviceBuffer::from(v), d_qn = DeviceBuffer::from(qn), d_kn = DeviceBuffer::from(kn),
-               d_rk = DeviceBuffer::from(rk), d_rv = DeviceBuffer::from(rv), d_if = DeviceBuffer::from(inv_freq),
+               d_rk = DeviceBuffer::from(rk), d_rv = DeviceBuffer::from(rv), d_shift = DeviceBuffer::from(shift), d_if = DeviceBuffer::from(inv_freq),
                d_table = DeviceBuffer::from(table);
   DeviceBuffer d_qo = DeviceBuffer::from(std::vector<float>(q.size(), NAN));
   DeviceBuffer d_fk = DeviceBuffer::from(std::vector<uint16_t>(pool, kPoison)),
@@ -128,6 +130,7 @@ double run_case(const Case& c, uint32_t seed, int pos_shift, std::string* detail
   p.q_norm = c.qk_norm ? d_qn.as<float>() : nullptr, p.k_norm = c.qk_norm ? d_kn.as<float>() : nullptr;
   p.eps = 1e-6f, p.inv_freq = d_if.as<double>(), p.position_scale = scale, p.interleaved = c.interleaved;
   p.rot_k = c.rot_k ? d_rk.as<float>() : nullptr, p.rot_v = c.rot_v ? d_rv.as<float>() : nullptr;
+  p.k_shift = c.k_shift && !drop_k_shift ? d_shift.as<float>() : nullptr;
   p.q_out = d_qo.as<float>(), p.fp_k = d_fk.as<uint16_t>(), p.fp_v = d_fv.as<uint16_t>();
   p.fp_blocks = d_table.as<int32_t>(), p.fp_blocks_stride = stride;
   oscar::cuda::attention_prologue(p);
@@ -156,7 +159,12 @@ double run_case(const Case& c, uint32_t seed, int pos_shift, std::string* detail
       const size_t at = (size_t(b) * Hkv + h) * d;
       const size_t row = (size_t(page) * Hkv + h) * kPage + size_t(t % kPage);
       written[row] = true;
-      const auto wk = reference_row(k.data() + at, d, kn, 1e-6f, true, pp, inv_freq, c.interleaved, rk);
+      const auto wk = [&] {
+        auto r = reference_row(k.data() + at, d, kn, 1e-6f, true, pp, inv_freq, c.interleaved, rk);
+        if (c.k_shift)
+          for (int e = 0; e < d; ++e) r[size_t(e)] -= shift[size_t(h) * d + size_t(e)];
+        return r;
+      }();
       const auto wv = reference_row(v.data() + at, d, {}, 0.0f, false, 0.0, inv_freq, false, rv);
       for (const auto& [want, got] : {std::pair{&wk, &fk}, std::pair{&wv, &fv}}) {
         const double floor = 1e-6 * norm2(*want);
@@ -180,9 +188,9 @@ namespace oscar_cuda_test {
 
 void run_attention_prologue_tests(uint32_t seed) {
   const Case cases[] = {
-      {1, 32, 8, 128, true, false, true, false},  // Qwen3 shape, OSCAR (R_V absorbed)
+      {1, 32, 8, 128, true, false, true, false, true},  // Qwen3 shape, OSCAR (R_V absorbed, --k-mean)
       {3, 4, 2, 64, false, true, false, false},   // Llama GGUF (interleaved), BF16 KV
-      {5, 6, 1, 128, false, false, true, true},   // Qwen2.5 GQA 6, Hadamard-like (both rotations)
+      {5, 6, 1, 128, false, false, true, true, true},  // Qwen2.5 GQA 6, both rotations, --k-mean
       {2, 8, 8, 64, true, true, true, true},      // MHA, everything
   };
   for (const Case& c : cases) {
@@ -191,7 +199,7 @@ void run_attention_prologue_tests(uint32_t seed) {
     const std::string name = "attention_prologue B" + std::to_string(c.batch) + " H" + std::to_string(c.n_heads) +
                              "/" + std::to_string(c.n_kv) + " d" + std::to_string(c.d) + (c.qk_norm ? " qk-norm" : "") +
                              (c.interleaved ? " interleaved" : " neox") + (c.rot_k ? " R_K" : "") +
-                             (c.rot_v ? " R_V" : "");
+                             (c.rot_v ? " R_V" : "") + (c.k_shift ? " k-shift" : "");
     char line[300];
     std::snprintf(line, sizeof line, "%s: worst error %.3f of the tolerance (%s)", name.c_str(), e, detail.c_str());
     report(e <= 1.0, line);
@@ -199,6 +207,9 @@ void run_attention_prologue_tests(uint32_t seed) {
   std::string detail;
   const double shifted = run_case(cases[0], seed, /*pos_shift=*/1, &detail);
   report(shifted > 1.0, "attention_prologue self-check: reference one position later fails (" + std::to_string(shifted) + " of the tolerance)");
+  const double unshifted = run_case(cases[0], seed, 0, &detail, /*drop_k_shift=*/true);
+  report(unshifted > 1.0, "attention_prologue self-check: a kernel without the key shift fails (" +
+                              std::to_string(unshifted) + " of the tolerance)");
   oscar::cuda::AttentionPrologueParams bad;
   bad.batch = 1, bad.n_heads = 4, bad.n_kv_heads = 2, bad.head_dim = 96, bad.fp_blocks_stride = 1;
   const std::string msg = error_of([&] { oscar::cuda::attention_prologue(bad); });

@@ -63,7 +63,7 @@ class Reader {
 bool read_fixture(const std::string& path, Fixture& f) {
   Reader r(path);
   const auto magic = r.array<char>(8);
-  if (!r.ok() || std::memcmp(magic.data(), "OSCFIX1", 8) != 0) return false;
+  if (!r.ok() || std::memcmp(magic.data(), "OSCFIX2", 8) != 0) return false;
   auto& s = f.model.shape;
   s.n_layers = r.value<int32_t>(), s.n_embd = r.value<int32_t>(), s.n_ff = r.value<int32_t>();
   s.n_heads = r.value<int32_t>(), s.n_kv_heads = r.value<int32_t>(), s.head_dim = r.value<int32_t>();
@@ -80,9 +80,12 @@ bool read_fixture(const std::string& path, Fixture& f) {
   f.kv.v_clip = r.array<float>(L);
   f.kv.rot_k.resize(L);
   f.kv.rot_v.resize(L);
+  f.kv.k_shift.resize(L);
+  const size_t kv_row = size_t(s.n_kv_heads) * size_t(s.head_dim);
   for (size_t l = 0; l < L; ++l) {
     if (r.value<int32_t>()) f.kv.rot_k[l] = r.array<float>(d2);
     if (r.value<int32_t>()) f.kv.rot_v[l] = r.array<float>(d2);
+    if (r.value<int32_t>()) f.kv.k_shift[l] = r.array<float>(kv_row);
   }
   const size_t E = size_t(s.n_embd), V = size_t(s.n_vocab), F = size_t(s.n_ff),
                qd = size_t(s.n_heads) * size_t(s.head_dim), kvd = size_t(s.n_kv_heads) * size_t(s.head_dim);

@@ -140,6 +140,7 @@ struct Variant {
   std::vector<int> bits;              // per layer
   std::vector<float> k_clip, v_clip;  // per layer
   std::vector<int> rot_k, rot_v;      // per layer: 1 = a random orthogonal R
+  std::vector<int> k_shift;           // per layer: 1 = a random --k-mean key shift; empty: none
   Tolerance tol;
   bool corrupt_check = false;  // self-check: a reference with one wk element changed must be caught
   bool bf16_kv_check = false;  // self-check: the reference with a BF16 cache must be caught
@@ -249,6 +250,13 @@ oc::KvFormat make_format(const Variant& var, std::mt19937& rng) {
     if (var.rot_k[size_t(l)]) f.rot_k[size_t(l)] = random_orthogonal(kHeadDim, rng);
     if (var.rot_v[size_t(l)]) f.rot_v[size_t(l)] = random_orthogonal(kHeadDim, rng);
   }
+  if (!var.k_shift.empty()) {
+    f.k_shift.resize(size_t(var.n_layers));
+    std::normal_distribution<float> g(0.0f, 2.0f);
+    for (int l = 0; l < var.n_layers; ++l)
+      if (var.k_shift[size_t(l)])
+        for (int i = 0; i < kKvHeads * kHeadDim; ++i) f.k_shift[size_t(l)].push_back(g(rng));
+  }
   return f;
 }
 
@@ -345,7 +353,8 @@ class Reference {
       Layer L{to_real(h.wq),       to_real(h.wk),     to_real(h.wv),        to_real(h.wo),
               to_real(h.w_gate),   to_real(h.w_up),   to_real(h.w_down),    to_real(h.attn_norm),
               to_real(h.ffn_norm), to_real(h.bq),     to_real(h.bk),        to_real(h.bv),
-              to_real(h.q_norm),   to_real(h.k_norm), to_real(kv.rot_k[l]), to_real(kv.rot_v[l])};
+              to_real(h.q_norm),   to_real(h.k_norm), to_real(kv.rot_k[l]), to_real(kv.rot_v[l]),
+              kv.k_shift.empty() ? Vec() : to_real(kv.k_shift[l])};
       layers_.push_back(std::move(L));
     }
     for (int i = 0; i < max_seqs; ++i) reset(i);
@@ -389,6 +398,8 @@ class Reference {
         if (s_.qk_norm) rmsnorm(k.data() + size_t(hd) * d, L.k_norm.data(), d);
         rope(k.data() + size_t(hd) * d, p, s_);
         if (!L.rot_k.empty()) rotate(k.data() + size_t(hd) * d, L.rot_k, d, false);
+        if (!L.k_shift.empty())
+          for (int e = 0; e < d; ++e) k[size_t(hd) * d + size_t(e)] -= L.k_shift[size_t(hd) * d + size_t(e)];
         if (!L.rot_v.empty()) rotate(v.data() + size_t(hd) * d, L.rot_v, d, false);
       }
       // Store the rows as the cache does (BF16), and what their demoted form will read as.
@@ -437,7 +448,7 @@ class Reference {
 
  private:
   struct Layer {
-    Vec wq, wk, wv, wo, wg, wu, wd, attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm, rot_k, rot_v;
+    Vec wq, wk, wv, wo, wg, wu, wd, attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm, rot_k, rot_v, k_shift;
   };
   struct Seq {
     int64_t len = 0;
@@ -875,6 +886,8 @@ void run_refusal_checks(uint32_t seed) {
   add("qkv_bias without biases", {"bq", "bk", "bv"})->m.shape.qkv_bias = true;
   add("KvFormat bits for 1 of 2 layers", {"bits"})->kv.bits = {0};
   add("KvFormat rot_k[0] one element short", {"rot_k"})->kv.rot_k[0].assign(size_t(kHeadDim) * kHeadDim - 1, 0.0f);
+  add("KvFormat k_shift for 1 of 2 layers", {"k_shift"})->kv.k_shift = {std::vector<float>(size_t(kKvHeads * kHeadDim))};
+  add("KvFormat k_shift[1] one KV head short", {"k_shift"})->kv.k_shift = {{}, std::vector<float>(size_t(kHeadDim))};
   for (const Bad& b : bad) {
     const std::string msg = refusal([&] { oc::DeviceModel m(b.m, b.kv, oc::KvCacheLimits{1, 32, 0, 0}); });
     bool named = false;
@@ -924,13 +937,14 @@ std::vector<Variant> test_variants() {
   }
   {
     Variant& v = variants[1];  // Qwen2-like: QKV bias, INT2 history with R_K, clips off / on
-    v.name = "qwen2 int2 rot_k";
+    v.name = "qwen2 int2 rot_k k-shift";
     v.qkv_bias = true;
     v.bits = {2, 2};
     v.k_clip = {0.0f, 0.97f};
     v.v_clip = {0.0f, 0.94f};
     v.rot_k = {1, 1};
     v.rot_v = {0, 0};
+    v.k_shift = {1, 1};
     v.tol = kInt2Tol;
     v.bf16_kv_check = true;
   }
@@ -950,12 +964,13 @@ std::vector<Variant> test_variants() {
   }
   {
     Variant& v = variants[3];  // a BF16 layer beside an INT2 layer (rotations on both)
-    v.name = "mixed bf16/int2";
+    v.name = "mixed bf16/int2 k-shift";
     v.bits = {0, 2};
     v.k_clip = {0.0f, 0.96f};
     v.v_clip = {0.0f, 0.92f};
     v.rot_k = {1, 1};
     v.rot_v = {0, 1};
+    v.k_shift = {0, 1};
     v.tol = kInt2Tol;
   }
   {

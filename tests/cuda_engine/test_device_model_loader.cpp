@@ -137,22 +137,24 @@ TEST(DeviceModelLoader, RefusesWhatTheDeviceLacks) {
   const RotationSet rs = random_rotations(2, 64);
   q.configure_kv(split, &rs);
   EXPECT_THROW(device_kv_format(q), Error);
-  // A calibrated key mean (--k-mean) is refused until the device cache subtracts it; with
-  // --no-k-mean the same rotations are accepted.
+  // A calibrated key mean (--k-mean) travels as each layer's key shift, in R_K's basis
+  // (what Transformer::key_shift holds); --no-k-mean sends none.
   RotationSet meaned = random_rotations(2, 64);
-  for (LayerRotation& l : meaned.layers) l.k_mean.assign(size_t(2 * 64), 0.25f);
+  for (LayerRotation& l : meaned.layers) l.k_mean = test::random_vector(size_t(2 * 64), 30 + uint64_t(l.layer), -2.0f, 2.0f);
   Transformer m(bf16_exact_model(false, 9)), n(bf16_exact_model(false, 9));
   m.configure_kv(small_windows("int2-oscar"), &meaned);
-  try {
-    device_kv_format(m);
-    ADD_FAILURE() << "a key mean was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--no-k-mean"), std::string::npos) << e.what();
+  const cuda::KvFormat fm = device_kv_format(m);
+  ASSERT_EQ(fm.k_shift.size(), 2u);
+  for (int l = 0; l < 2; ++l) {
+    EXPECT_EQ(fm.k_shift[size_t(l)], m.key_shift(l));
+    std::vector<float> want = meaned.layers[size_t(l)].k_mean;
+    rotate_rows(meaned.layers[size_t(l)].k_rotation.data(), 64, meaned.layers[size_t(l)].k_mean.data(), want.data(), 2);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(fm.k_shift[size_t(l)][i], want[i], 1e-5f) << l << " " << i;
   }
   KvSpec no_mean = small_windows("int2-oscar");
   no_mean.k_mean = false;
   n.configure_kv(no_mean, &meaned);
-  EXPECT_NO_THROW(device_kv_format(n));
+  EXPECT_TRUE(device_kv_format(n).k_shift.empty());
 }
 
 // The GPU-vs-CPU cases: the CPU's logits for every position of 120 random tokens with
@@ -167,9 +169,12 @@ TEST(DeviceModelLoader, WritesGpuFixtures) {
     const char* mode;
   };
   for (const Case& c : {Case{"llama_bf16", false, "bf16"}, Case{"qwen2_int2_hadamard", true, "int2-hadamard"},
-                        Case{"qwen2_int2_oscar", true, "int2-oscar"}, Case{"llama_int4", false, "int4"}}) {
+                        Case{"qwen2_int2_oscar", true, "int2-oscar"}, Case{"llama_int4", false, "int4"},
+                        Case{"llama_int2_oscar_kmean", false, "int2-oscar"}}) {
     Transformer t(bf16_exact_model(c.qwen2, 11));
-    const RotationSet rs = random_rotations(2, 64);
+    RotationSet rs = random_rotations(2, 64);
+    if (std::string(c.name).ends_with("kmean"))  // --k-mean: a key shift per layer
+      for (LayerRotation& l : rs.layers) l.k_mean = test::random_vector(size_t(2 * 64), 40 + uint64_t(l.layer), -3.0f, 3.0f);
     // R_V stays out of W_v / W_o here: absorbed (in double), the weights would no longer be
     // BF16 values, and the GPU's BF16 copy would differ from the CPU's f32 one by more than
     // the comparison's tolerance. The GPU then rotates v and un-rotates the output itself.
@@ -186,7 +191,7 @@ TEST(DeviceModelLoader, WritesGpuFixtures) {
     std::ifstream in(path, std::ios::binary);
     char magic[8] = {};
     in.read(magic, 8);
-    EXPECT_STREQ(magic, "OSCFIX1");
+    EXPECT_STREQ(magic, "OSCFIX2");
     EXPECT_GT(std::filesystem::file_size(path), 120u * 50u * 4u);
   }
 }

@@ -81,6 +81,7 @@ __global__ void prologue_kernel(const AttentionPrologueParams p) {
   if (p.k_norm) k = norm_value(k, p.k_norm, d, p.eps, red);
   k = rope_value(k, row, d, angle_pos, p.inv_freq, p.interleaved);
   if (p.rot_k) k = rotate_value(k, row, p.rot_k, d);
+  if (p.k_shift) k -= p.k_shift[kvh * d + e];
   if (p.rot_v) v = rotate_value(v, row, p.rot_v, d);
   const int page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + t / kPageTokens];
   if (page < 0) return;  // a released page: refused on the host side of a correct caller

@@ -1,6 +1,7 @@
 // The per-token work between the Q/K/V products and decode attention, in one launch: per
 // head, q/k RMSNorm (Qwen3), RoPE, the rotation by R_K (keys and queries) and R_V (values,
-// unless absorbed), and the BF16 write of the token's K and V rows into their fp pages.
+// unless absorbed), the key shift of --k-mean (one vector per KV head, which softmax
+// cancels), and the BF16 write of the token's K and V rows into their fp pages.
 // The formulas are those of rmsnorm, rope (elementwise.h) and write_fp_rows (cache_write.h)
 // run one after another; fused, a decode step saves five launches per layer, each of which
 // costs more than its work at small batch (docs/cuda.md).
@@ -30,6 +31,7 @@ struct AttentionPrologueParams {
   bool interleaved = false;          // RoPE pairs (2i, 2i+1); false: (i, i + d/2)
   const float* rot_k = nullptr;      // [d, d] row-major: q and k become x·R_K; null = none
   const float* rot_v = nullptr;      // [d, d]: v becomes v·R_V; null = none (or absorbed)
+  const float* k_shift = nullptr;    // [n_kv_heads, d] subtracted from k after R_K (--k-mean); null = none
   float* q_out = nullptr;            // [B, n_heads, d]: q normed, rotated by RoPE and R_K
   uint16_t* fp_k = nullptr;          // [n_fp_blocks, n_kv_heads, 16, d] BF16 bits
   uint16_t* fp_v = nullptr;

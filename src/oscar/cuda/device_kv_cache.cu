@@ -81,6 +81,7 @@ DeviceKvCache::DeviceKvCache(int n_layers, int n_kv_heads, int head_dim, const K
   per_layer(fmt.v_clip.size(), "v_clip");
   if (!fmt.rot_k.empty()) per_layer(fmt.rot_k.size(), "rot_k");
   if (!fmt.rot_v.empty()) per_layer(fmt.rot_v.size(), "rot_v");
+  if (!fmt.k_shift.empty()) per_layer(fmt.k_shift.size(), "k_shift");
   for (int l = 0; l < n_layers; ++l) {
     const int b = fmt.bits[size_t(l)];
     if (b != 0 && b != 2 && b != 4 && b != 8) fail(what, "layer " + std::to_string(l) + ": bits " + std::to_string(b));
@@ -93,6 +94,10 @@ DeviceKvCache::DeviceKvCache(int n_layers, int n_kv_heads, int head_dim, const K
           (*rots)[size_t(l)].size() != size_t(head_dim) * size_t(head_dim))
         fail(what, "layer " + std::to_string(l) + ": " + name + " is not " + std::to_string(head_dim) + "×" +
                        std::to_string(head_dim));
+    if (!fmt.k_shift.empty() && !fmt.k_shift[size_t(l)].empty() &&
+        fmt.k_shift[size_t(l)].size() != size_t(n_kv_heads) * size_t(head_dim))
+      fail(what, "layer " + std::to_string(l) + ": k_shift is not n_kv_heads·head_dim = " +
+                     std::to_string(n_kv_heads * head_dim) + " values");
   }
   if (limits.max_seqs <= 0) fail(what, "max_seqs must be positive");
   if (limits.max_seq_len <= 0 || limits.max_seq_len > (int64_t(1) << 31) - kPage)

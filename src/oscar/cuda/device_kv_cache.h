@@ -35,6 +35,9 @@ struct KvFormat {
   // Per layer: R_V [d, d] applied to v on its way into the cache and undone (·R_Vᵀ) on the
   // attention output, or empty (none, or already absorbed into W_v / W_o).
   std::vector<std::vector<float>> rot_v;
+  // Either empty or one entry per layer, each [n_kv_heads · d] or empty: subtracted from
+  // every key row after R_K before it is cached (--k-mean; softmax cancels the shift).
+  std::vector<std::vector<float>> k_shift;
 
   bool any_bf16_layer() const;
   bool any_history() const;

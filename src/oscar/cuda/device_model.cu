@@ -267,6 +267,12 @@ void DeviceModel::allocate_weights() {
     };
     d.rot_k = rotation(kv_.rot_k, "R_K");
     d.rot_v = rotation(kv_.rot_v, "R_V");
+    d.k_shift = nullptr;
+    if (!kv_.k_shift.empty() && !kv_.k_shift[size_t(l)].empty()) {
+      d.k_shift = mem.allocate_array<float>(kvd, p + "k_shift");
+      check_cuda(cudaMemcpy(d.k_shift, kv_.k_shift[size_t(l)].data(), kvd * 4, cudaMemcpyHostToDevice),
+                 "uploading " + p + "k_shift");
+    }
     layers_.push_back(d);
   }
 }
@@ -479,7 +485,7 @@ void DeviceModel::layer(int l, int batch, int64_t bound) {
   pp.pos = pos_, pp.q = q_, pp.k = k_, pp.v = v_;
   pp.q_norm = s.qk_norm ? w.q_norm : nullptr, pp.k_norm = s.qk_norm ? w.k_norm : nullptr, pp.eps = s.rms_eps;
   pp.inv_freq = inv_freq_, pp.position_scale = s.rope_position_scale, pp.interleaved = s.rope_interleaved;
-  pp.rot_k = w.rot_k, pp.rot_v = w.rot_v, pp.q_out = q_rot_;
+  pp.rot_k = w.rot_k, pp.rot_v = w.rot_v, pp.k_shift = w.k_shift, pp.q_out = q_rot_;
   pp.fp_k = c.fp_k(l), pp.fp_v = c.fp_v(l), pp.fp_blocks = fp_blocks_, pp.fp_blocks_stride = c.fp_stride();
   attention_prologue(pp, stream_);
   if (bits != 0) {

@@ -135,7 +135,7 @@ class DeviceModel {
           int n_out, bool accumulate = false);
   struct LayerPtrs {
     Matrix wq, wk, wv, wo, w_gate, w_up, w_down;
-    float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *rot_k, *rot_v;
+    float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *rot_k, *rot_v, *k_shift;
   };
 
   ModelShape shape_;

@@ -33,7 +33,7 @@ void write_device_fixture(const std::string& path, const cuda::HostModel& m, con
   const cuda::ModelShape& s = m.shape;
   OSCAR_CHECK(logits.size() == tokens.size() * size_t(s.n_vocab), "fixture logits do not match the tokens");
   Writer w(path);
-  w.bytes("OSCFIX1", 8);
+  w.bytes("OSCFIX2", 8);
   for (int v : {s.n_layers, s.n_embd, s.n_ff, s.n_heads, s.n_kv_heads, s.head_dim, s.n_vocab, int(s.qkv_bias),
                 int(s.qk_norm), int(s.tied_embeddings), int(s.rope_interleaved)})
     w.value<int32_t>(v);
@@ -45,10 +45,10 @@ void write_device_fixture(const std::string& path, const cuda::HostModel& m, con
   w.array(kv.k_clip);
   w.array(kv.v_clip);
   for (int l = 0; l < s.n_layers; ++l)
-    for (const auto* rots : {&kv.rot_k, &kv.rot_v}) {
-      const bool has = !rots->empty() && !(*rots)[size_t(l)].empty();
+    for (const auto* per_layer : {&kv.rot_k, &kv.rot_v, &kv.k_shift}) {
+      const bool has = !per_layer->empty() && !(*per_layer)[size_t(l)].empty();
       w.value<int32_t>(has);
-      if (has) w.array((*rots)[size_t(l)]);
+      if (has) w.array((*per_layer)[size_t(l)]);
     }
   w.array(m.token_embd);
   if (!s.tied_embeddings) w.array(m.output);

@@ -66,15 +66,12 @@ cuda::KvFormat device_kv_format(const Transformer& t) {
   if (spec.dtype != KvDtype::bf16) fail("--device cuda: the KV cache must be bf16 (not {})", spec.mode);
   if (spec.k_bias_split && c.qkv_bias)
     fail("--device cuda: --k-bias-split is not supported by the CUDA cache yet (add --no-k-bias-split)");
-  for (int l = 0; l < c.n_layers; ++l)
-    if (!t.key_shift(l).empty())
-      fail("--device cuda: the rotations' key mean (--k-mean) is not supported by the CUDA cache yet (add --no-k-mean)");
   cuda::KvFormat f;
   f.sink = spec.sink;
   f.window = spec.recent;
   f.group = std::min(spec.group, c.head_dim);
   const bool quantized = spec.quantized();
-  bool any_rot_v = false;
+  bool any_rot_v = false, any_shift = false;
   for (int l = 0; l < c.n_layers; ++l) {
     const KvQuant q = quantized ? t.k_history_format(l).quant : KvQuant::none;
     f.bits.push_back(history_bits(q, l));
@@ -87,8 +84,11 @@ cuda::KvFormat device_kv_format(const Transformer& t) {
     f.rot_k.push_back(t.kv_rotator().k_matrix(l));
     f.rot_v.push_back(t.kv_rotator().v_matrix(l));
     any_rot_v = any_rot_v || !f.rot_v.back().empty();
+    f.k_shift.push_back(t.key_shift(l));
+    any_shift = any_shift || !f.k_shift.back().empty();
   }
   if (!any_rot_v) f.rot_v.clear();
+  if (!any_shift) f.k_shift.clear();
   return f;
 }
 

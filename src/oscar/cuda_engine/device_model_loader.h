@@ -12,7 +12,7 @@ cuda::ModelShape device_model_shape(const ModelConfig& c);
 cuda::HostModel device_host_model(const Transformer& t);
 // Windows, group, per-layer bits and clips, and rotation matrices of t's KV format.
 // Throws oscar::Error for what the device cache lacks: an f32 cache, Lloyd-Max or KIVI
-// history, --k-bias-split, a key mean (--k-mean), head_dim other than 64 or 128.
+// history, --k-bias-split, head_dim other than 64 or 128.
 cuda::KvFormat device_kv_format(const Transformer& t);
 
 }  // namespace oscar
