@@ -14,6 +14,7 @@
 #include "oscar/kv/kv_spec.h"
 #include "oscar/kv/lloyd_max.h"
 #include "oscar/kv/quant_codec.h"
+#include "oscar/kv/rotation_set.h"
 
 namespace oscar::test {
 
@@ -128,6 +129,25 @@ inline double max_rel_error(const float* x, const float* ref, size_t n) {
     mag = std::max(mag, std::abs(double(ref[i])));
   }
   return mag > 0.0 ? err / mag : err;
+}
+
+// n_layers random orthogonal K and V rotations of size d (seeds k_seed + l and v_seed + l),
+// group d, the reference's clips (K 0.96, V 0.92); validated.
+inline RotationSet random_rotation_set(int n_layers, int d, uint64_t k_seed, uint64_t v_seed) {
+  RotationSet rs;
+  rs.head_dim = d;
+  rs.group_size = d;
+  for (int l = 0; l < n_layers; ++l) {
+    LayerRotation lr;
+    lr.layer = l;
+    lr.k_rotation = random_orthogonal(d, k_seed + uint64_t(l));
+    lr.v_rotation = random_orthogonal(d, v_seed + uint64_t(l));
+    lr.k_clip = 0.96f;
+    lr.v_clip = 0.92f;
+    rs.layers.push_back(std::move(lr));
+  }
+  rs.validate();
+  return rs;
 }
 
 }  // namespace oscar::test

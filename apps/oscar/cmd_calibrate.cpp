@@ -134,6 +134,7 @@ int calibrate(const CalibrateOptions& o) {
   rs.k_objective = o.k_objective;
   rs.v_objective = o.v_objective;
   nlohmann::json spectra = nlohmann::json::array();
+  const RopeFreqs rope = rope_freqs(c);  // for the key means (--k-mean)
   for (int l = 0; l < c.n_layers; ++l) {
     const auto [k_src, k_comp] = split_objective(o.k_objective);
     const auto [v_src, v_comp] = split_objective(o.v_objective);
@@ -147,7 +148,7 @@ int calibrate(const CalibrateOptions& o) {
     lr.v_eigenvalues = fv.eigenvalues;
     lr.k_clip = o.model.k_clip.value_or(0.96f);  // --k-clip / --v-clip; the published recipe by default
     lr.v_clip = o.model.v_clip.value_or(0.92f);
-    lr.k_mean = key_mean_after_split(obs.key_sum(l), per_prompt, o.prompts, rope_freqs(c),
+    lr.k_mean = key_mean_after_split(obs.key_sum(l), per_prompt, o.prompts, rope,
                                      m.transformer->weights().layers[size_t(l)].bk, c.n_kv_heads, c.head_dim);
     rs.layers.push_back(std::move(lr));
     spectra.push_back({{"layer", l}, {"k", fk.eigenvalues}, {"v", fv.eigenvalues}});

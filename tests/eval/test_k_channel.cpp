@@ -146,17 +146,7 @@ TEST(KChannel, ScaleIsTheFourthRootAndPredictsItsGain) {
 
 TEST(KChannel, ComparisonStartsFromTheShippedMethod) {
   Recorded r;
-  RotationSet rs;
-  rs.head_dim = kDim;
-  rs.group_size = kDim;
-  for (int l = 0; l < kLayers; ++l) {
-    LayerRotation lr;
-    lr.layer = l;
-    lr.k_rotation = test::random_orthogonal(kDim, 300 + uint64_t(l));
-    lr.v_rotation = test::random_orthogonal(kDim, 400 + uint64_t(l));
-    lr.k_clip = 0.96f, lr.v_clip = 0.92f;
-    rs.layers.push_back(std::move(lr));
-  }
+  const RotationSet rs = test::random_rotation_set(kLayers, kDim, 300, 400);
   KvSpec spec = KvSpec::parse("int2-oscar");
   spec.sink = 8, spec.recent = 16, spec.group = kDim;
   spec.validate();

@@ -19,7 +19,7 @@ constexpr int64_t kTokens = 300, kQueries = 40;
 struct Fixture {
   Transformer model{test::tiny_model(/*qwen2_bias=*/true, 21, kLayers, kDim)};
   QkvRecorder rec{kLayers, AttentionShape{4, 2, kDim}};
-  RotationSet rs;
+  RotationSet rs = test::random_rotation_set(kLayers, kDim, 100, 200);
   Fixture() {
     model.set_observer(&rec);
     KvCache cache = model.make_cache(kTokens);
@@ -29,18 +29,6 @@ struct Fixture {
     std::vector<float> logits;
     model.forward(cache, seq, ids, LogitsFor::last, logits);
     model.set_observer(nullptr);
-    rs.head_dim = kDim;
-    rs.group_size = kDim;
-    for (int l = 0; l < kLayers; ++l) {
-      LayerRotation lr;
-      lr.layer = l;
-      lr.k_rotation = test::random_orthogonal(kDim, 100 + uint64_t(l));
-      lr.v_rotation = test::random_orthogonal(kDim, 200 + uint64_t(l));
-      lr.k_clip = 0.96f;
-      lr.v_clip = 0.92f;
-      rs.layers.push_back(std::move(lr));
-    }
-    rs.validate();
   }
 };
 

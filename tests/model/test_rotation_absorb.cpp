@@ -154,11 +154,17 @@ TEST(KBiasSplit, ExactCacheUnchanged) {
 }
 
 // With INT2 history the split changes what is quantized, so the logits move.
-TEST(KBiasSplit, ChangesWhatIsQuantized) {
-  KvSpec spec = KvSpec::parse("int2");
+// `mode` with windows of 2 + 4 tokens and one group per row: most keys are INT2 history.
+KvSpec small_window_spec(const char* mode) {
+  KvSpec spec = KvSpec::parse(mode);
   spec.sink = 2;
   spec.recent = 4;
   spec.group = 16;
+  return spec;
+}
+
+TEST(KBiasSplit, ChangesWhatIsQuantized) {
+  const KvSpec spec = small_window_spec("int2");
   KvSpec split_spec = spec;
   split_spec.k_bias_split = true;
   Transformer plain(tiny_model(true, 9)), split(tiny_model(true, 9));
@@ -206,10 +212,7 @@ TEST(KMean, ExactCacheUnchanged) {
 TEST(KMean, ChangesWhatIsQuantizedAndIsCheckedAgainstTheModel) {
   const RotationSet plain_rs = random_rotations(2, 16, false, 62);
   const RotationSet mean_rs = with_key_means(plain_rs, 2, 91);
-  KvSpec spec = KvSpec::parse("int2-oscar");
-  spec.sink = 2;
-  spec.recent = 4;
-  spec.group = 16;
+  const KvSpec spec = small_window_spec("int2-oscar");
   KvSpec off = spec;
   off.k_mean = false;
   Transformer a(tiny_model(false, 13)), b(tiny_model(false, 13)), c(tiny_model(false, 13));

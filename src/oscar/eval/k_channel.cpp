@@ -24,6 +24,19 @@ double KChannelResult::mean_error() const {
   return layer_error.empty() ? 0.0 : s / double(layer_error.size());
 }
 
+namespace {
+
+// q [n, n_heads, d] ⊙ s, each query head scaled by its KV head's s ([n_kv, d]).
+void scale_queries(std::vector<float>& q, int64_t n, const AttentionShape& s, std::span<const float> scale) {
+  const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  const int64_t qd = int64_t(s.n_heads) * d;
+  for (int64_t p = 0; p < n; ++p)
+    for (int h = 0; h < s.n_heads; ++h)
+      for (int c = 0; c < d; ++c) q[size_t(p * qd + int64_t(h) * d + c)] *= scale[size_t((h / group) * d + c)];
+}
+
+}  // namespace
+
 KChannelTransform fit_k_channel_transform(const KChannelVariant& v, const LayerQkv& calib, int64_t n,
                                           const AttentionShape& s, const RopeFreqs& rope, std::span<const float> bias) {
   const int d = s.head_dim, nkv = s.n_kv_heads, group = s.n_heads / s.n_kv_heads;
@@ -95,10 +108,7 @@ KChannelTransform fit_k_channel_transform(const KChannelVariant& v, const LayerQ
   if (v.refit || v.scale) {  // R_K from the queries the cache will see: q̃ = q ⊙ s
     CovarianceAccumulator acc(s.n_heads, nkv, d);
     std::vector<float> q(calib.q.begin(), calib.q.begin() + n * qd);
-    if (!t.scale.empty())
-      for (int64_t p = 0; p < n; ++p)
-        for (int h = 0; h < s.n_heads; ++h)
-          for (int c = 0; c < d; ++c) q[size_t(p * qd + int64_t(h) * d + c)] *= t.scale[size_t((h / group) * d + c)];
+    if (!t.scale.empty()) scale_queries(q, n, s, t.scale);
     acc.add_pass1(q.data(), nullptr, nullptr, n);
     t.k_rotation = fit_rotation(acc.objective("qqt"), "r_h_pbr").rotation;
   }
@@ -107,7 +117,7 @@ KChannelTransform fit_k_channel_transform(const KChannelVariant& v, const LayerQ
 
 TransformedQkv apply_k_channel_transform(const KChannelTransform& t, const LayerQkv& x, int64_t n,
                                          const AttentionShape& s, const RopeFreqs& rope) {
-  const int d = s.head_dim, nkv = s.n_kv_heads, group = s.n_heads / s.n_kv_heads;
+  const int d = s.head_dim, nkv = s.n_kv_heads;
   const int64_t kvd = int64_t(nkv) * d, qd = int64_t(s.n_heads) * d;
   OSCAR_CHECK(int64_t(x.k.size()) >= n * kvd && int64_t(x.q.size()) >= n * qd, "k-channel: fewer than {} rows", n);
   TransformedQkv r;
@@ -118,14 +128,11 @@ TransformedQkv apply_k_channel_transform(const KChannelTransform& t, const Layer
   if (!t.mean.empty())
     for (int64_t i = 0; i < n * kvd; ++i) r.qkv.k[size_t(i)] -= t.mean[size_t(i % kvd)];
   if (t.scale.empty()) return r;
-  for (int64_t p = 0; p < n; ++p) {
-    for (int64_t i = 0; i < kvd; ++i) {
-      r.qkv.k[size_t(p * kvd + i)] /= t.scale[size_t(i)];
-      if (!r.split_rows.empty()) r.split_rows[size_t(p * kvd + i)] /= t.scale[size_t(i)];
-    }
-    for (int h = 0; h < s.n_heads; ++h)
-      for (int c = 0; c < d; ++c) r.qkv.q[size_t(p * qd + int64_t(h) * d + c)] *= t.scale[size_t((h / group) * d + c)];
+  for (int64_t i = 0; i < n * kvd; ++i) {
+    r.qkv.k[size_t(i)] /= t.scale[size_t(i % kvd)];
+    if (!r.split_rows.empty()) r.split_rows[size_t(i)] /= t.scale[size_t(i % kvd)];
   }
+  scale_queries(r.qkv.q, n, s, t.scale);
   return r;
 }
 
@@ -173,10 +180,9 @@ std::vector<KChannelResult> compare_k_channel_variants(const Transformer& model,
     const std::vector<float> ref_calib = reference(calib), ref_eval = reference(eval);
 
     const KChannelTransform plain = fit_k_channel_transform({}, calib.layer(l), n, shape, rope, bias);
-    const std::vector<float>& shipped_mean = rs.layers[size_t(l)].k_mean;  // --k-mean, as the probe applies it
     out[0].layer_error.push_back(transformed_error(model, ls, rs, l, apply_k_channel_transform(plain, eval.layer(l), n, shape, rope),
                                                    n, n_queries, ref_eval,
-                                                   spec.k_mean && !shipped_mean.empty() ? shipped_mean.data() : nullptr));
+                                                   layer_key_mean(spec, &rs, l, c.n_kv_heads, c.head_dim)));
     out[0].k_clip.push_back(rs.layers[size_t(l)].k_clip);
     out[0].predicted_gain.push_back(plain.predicted_gain);
 

@@ -100,12 +100,7 @@ KvErrorProbe::LayerResult KvErrorProbe::layer(const KvSpec& spec, const Rotation
   LayerKvFormat f{ls, ls.quantized() ? &kf[size_t(l)] : nullptr, ls.quantized() ? &vf[size_t(l)] : nullptr, &rot, l};
   const std::vector<float>& bias = bias_rows_[size_t(l)];
   if (spec.k_bias_split && !bias.empty()) f.k_bias_rows = bias.data();
-  if (calibrated && spec.k_mean && !rs->layers[size_t(l)].k_mean.empty()) {
-    const std::vector<float>& m = rs->layers[size_t(l)].k_mean;
-    if (int64_t(m.size()) != int64_t(c.n_kv_heads) * c.head_dim)
-      fail("rotations: layer {} k_mean has {} values, the model needs {}", l, m.size(), int64_t(c.n_kv_heads) * c.head_dim);
-    f.k_mean = m.data();
-  }
+  f.k_mean = layer_key_mean(spec, calibrated ? rs : nullptr, l, c.n_kv_heads, c.head_dim);
   const CachedAttention a = cached_attention(shape_, rec_.layer(l), n_, queries_, f);
   const double history_bits = ls.quantized() ? (kf[size_t(l)].bits_per_element() + vf[size_t(l)].bits_per_element()) / 2
                                              : 8.0 * ls.fp_bytes_per_element();

@@ -129,4 +129,14 @@ std::vector<float> KvRotator::v_matrix(int layer) const {
   return {};
 }
 
+const float* layer_key_mean(const KvSpec& spec, const RotationSet* rs, int l, int n_kv_heads, int head_dim) {
+  if (!rs || !spec.k_mean || spec.layer_rotation(l) != KvRotation::calibrated) return nullptr;
+  const std::vector<float>& m = rs->layers[size_t(l)].k_mean;
+  if (m.empty()) return nullptr;
+  if (int64_t(m.size()) != int64_t(n_kv_heads) * head_dim)
+    fail("rotations: layer {} k_mean has {} values, the model needs n_kv_heads·head_dim = {}", l, m.size(),
+         int64_t(n_kv_heads) * head_dim);
+  return m.data();
+}
+
 }  // namespace oscar

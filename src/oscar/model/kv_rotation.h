@@ -12,6 +12,11 @@
 
 namespace oscar {
 
+// What layer l subtracts from every key under --k-mean: rs's k_mean ([n_kv_heads·head_dim],
+// unrotated) when spec.k_mean is on, the layer is calibrated and the set carries one;
+// else null. Throws oscar::Error naming the layer when the mean has the wrong size.
+const float* layer_key_mean(const KvSpec& spec, const RotationSet* rs, int l, int n_kv_heads, int head_dim);
+
 class KvRotator {
  public:
   KvRotator() = default;  // none

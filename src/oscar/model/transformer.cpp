@@ -47,14 +47,9 @@ void Transformer::configure_kv(const KvSpec& spec, const RotationSet* rotations,
   rotation_ = std::move(rotator);
   kv_spec_ = spec;
   key_shift_.assign(size_t(c.n_layers), {});
-  if (rs && spec.k_mean)
-    for (int l = 0; l < c.n_layers; ++l) {
-      const std::vector<float>& m = rs->layers[size_t(l)].k_mean;
-      if (m.empty() || spec.layer_rotation(l) != KvRotation::calibrated) continue;
-      if (int64_t(m.size()) != int64_t(c.n_kv_heads) * c.head_dim)
-        fail("rotations: layer {} k_mean has {} values, the model needs n_kv_heads·head_dim = {}", l, m.size(),
-             int64_t(c.n_kv_heads) * c.head_dim);
-      key_shift_[size_t(l)] = m;
+  for (int l = 0; l < c.n_layers; ++l)
+    if (const float* m = layer_key_mean(spec, rs, l, c.n_kv_heads, c.head_dim)) {
+      key_shift_[size_t(l)].assign(m, m + int64_t(c.n_kv_heads) * c.head_dim);
       rotation_.rotate_k(l, key_shift_[size_t(l)].data(), c.n_kv_heads);
     }
   if (spec.quantized()) {
