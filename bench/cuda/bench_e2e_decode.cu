@@ -13,7 +13,7 @@
 // bytes / time, as bench_decode_attention); frac_of_copy = roofline_ms / ms.
 //   bench_e2e_decode [--json PATH] [--commit SHA] [--steps N] [--warmup N] [--t LIST]
 //                    [--kv LIST] [--only-latency | --only-throughput] [--budget-gib X]
-//                    [--max-batch N] [--tput-t T] [--seed S]
+//                    [--max-batch N] [--tput-t T] [--prefill-t LIST] [--prefill-chunk N] [--seed S]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -146,6 +146,7 @@ struct Options {
   int64_t tput_t = 32768;
   std::vector<KvSpec> kvs = {{"bf16", 0}, {"int2-oscar", 2}};
   int steps = 32, warmup = 4, max_batch = 128;
+  int prefill_chunk = 256;  // tokens per prefill launch (KvCacheLimits::prefill_chunk)
   double budget_gib = 40.0;
   bool latency = true, throughput = true;
   uint64_t seed = 1234;
@@ -203,6 +204,7 @@ Row run_config(const std::string& kind, const KvSpec& spec, int batch, int64_t s
     KvCacheLimits limits;
     limits.max_seqs = batch;
     limits.max_seq_len = max_len;  // fp_pages / hist_pages 0: sized for batch sequences of max_len
+    limits.prefill_chunk = o.prefill_chunk;
     std::unique_ptr<DeviceModel> model = DeviceModel::random(shape, fmt, limits, o.seed);
     DeviceKvCache& cache = model->cache();
     const cudaStream_t stream = model->stream();
@@ -237,7 +239,8 @@ Row run_config(const std::string& kind, const KvSpec& spec, int batch, int64_t s
       row.kv_bytes_per_seq = cache.bytes_for_length(seq);
       row.kv_bf16_bytes_per_seq = cache.bf16_bytes_for_length(seq);
       row.weight_bytes = model->weight_bytes();
-      row.note = "prompt of T tokens into an empty cache, launches of 256 tokens; compute-bound: no roofline";
+      row.note = "prompt of T tokens into an empty cache, launches of " + std::to_string(o.prefill_chunk) +
+                 " tokens; compute-bound: no roofline";
       row.measured = true;
       return row;
     }
@@ -393,9 +396,9 @@ void usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--json PATH] [--commit SHA] [--steps N>=5] [--warmup N>=1] [--t T1,T2,...]\n"
                "          [--kv bf16,int2-oscar,int4-oscar] [--only-latency | --only-throughput]\n"
-               "          [--budget-gib X] [--max-batch N] [--tput-t T] [--prefill-t T1,...|none] [--seed S]\n"
+               "          [--budget-gib X] [--max-batch N] [--tput-t T] [--prefill-t T1,...|none] [--prefill-chunk N] [--seed S]\n"
                "defaults: --steps 32 --warmup 4 --t 8192,32768,131072 --kv bf16,int2-oscar --budget-gib 40\n"
-               "          --max-batch 128 --tput-t 32768 --prefill-t 4096 (with the latency rows); commit from OSCAR_COMMIT when --commit is absent\n",
+               "          --max-batch 128 --tput-t 32768 --prefill-t 4096 (with the latency rows) --prefill-chunk 256; commit from OSCAR_COMMIT when --commit is absent\n",
                argv0);
 }
 
@@ -426,6 +429,7 @@ int main(int argc, char** argv) {
     else if (a == "--kv" && has) {
       if (!parse_kvs(argv[++i], &o.kvs)) { usage(argv[0]); return 2; }
     }
+    else if (a == "--prefill-chunk" && has) o.prefill_chunk = std::max(1, std::atoi(argv[++i]));
     else if (a == "--only-latency") o.throughput = false;
     else if (a == "--only-throughput") o.latency = false;
     else if (a == "--budget-gib" && has) o.budget_gib = std::atof(argv[++i]);

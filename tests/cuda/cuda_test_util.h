@@ -178,6 +178,7 @@ std::string error_of(Call&& call) {
 
 // The suites (main.cu runs them when a GPU is present).
 void run_decode_attention_tests(uint32_t seed, int n_sm);
+void run_prefill_attention_tests(uint32_t seed);
 void run_cache_write_tests(uint32_t seed);
 void run_elementwise_tests(uint32_t seed);
 void run_device_model_tests(uint32_t seed);

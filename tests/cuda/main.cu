@@ -27,6 +27,7 @@ int main() {
   const uint32_t seed = seed_env ? uint32_t(std::strtoul(seed_env, nullptr, 10)) : 20250101u;
   std::printf("device: %s (%d SMs), seed %u (OSCAR_TEST_SEED)\n", prop.name, prop.multiProcessorCount, seed);
   run_decode_attention_tests(seed, prop.multiProcessorCount);
+  run_prefill_attention_tests(seed + 4000u);
   run_cache_write_tests(seed + 5000u);
   run_elementwise_tests(seed + 6000u);
   run_attention_prologue_tests(seed + 6500u);

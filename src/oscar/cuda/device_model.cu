@@ -12,6 +12,7 @@
 #include "oscar/cuda/cache_write.h"
 #include "oscar/cuda/decode_attention.h"
 #include "oscar/cuda/elementwise.h"
+#include "oscar/cuda/prefill_attention.h"
 #include "oscar/cuda/host_checks.h"
 
 namespace oscar::cuda {
@@ -437,10 +438,18 @@ void DeviceModel::prefill(int slot, const std::vector<int32_t>& tokens, std::vec
     // Each token is a row of its own with its own view of the keys (as decode shows it),
     // all rows reading the one slot's page tables.
     const int64_t bound = key_bound(stage_rows(std::vector<int>(size_t(n), slot), chunk, positions));
-    ensure_workspace(n, bound);
+    const bool flash = precision_ == GemmPrecision::bf16;  // prefill_attention; f32: the decode kernel per row
+    if (!flash) ensure_workspace(n, bound);
     // Logits for the rows at or past logits_from (all_logits), else the last row's only.
     const int from = all_logits ? int(std::clamp<int64_t>(logits_from - int64_t(c0), 0, n - 1)) : n - 1;
-    run_step(n, bound, from);
+    prefill_launch_ = flash;
+    try {
+      run_step(n, bound, from);
+    } catch (...) {
+      prefill_launch_ = false;
+      throw;
+    }
+    prefill_launch_ = false;
     cache_->end_tokens(slot, n);
     if (all_logits && int64_t(c0) + n > logits_from) {
       const std::vector<float> rows = download_logits(n - from);
@@ -499,20 +508,32 @@ void DeviceModel::layer(int l, int batch, int64_t bound) {
     dp.hist_blocks_stride = c.hist_stride();
     demote_to_history(dp, stream_);
   }
-  DecodeAttentionParams ap;
-  ap.batch = batch, ap.n_heads = s.n_heads, ap.n_kv_heads = s.n_kv_heads, ap.head_dim = d;
-  ap.bits = bits, ap.group = kv_.group, ap.sink = kv_.sink, ap.max_seq_len = bound;
-  ap.max_window_keys = bits == 0 ? 0 : std::min<int64_t>(bound, int64_t(kv_.sink) + kv_.window + kDecodeFpBlockTokens);
-  ap.tensor_cores = precision_ == GemmPrecision::bf16;  // f32: every key in f32 on the CUDA cores
-  ap.chunk_keys = decode_attention_default_chunk(ap, n_sm_);
-  ap.q = q_rot_, ap.seq_len = seq_len_, ap.hist_end = bits == 0 ? nullptr : hist_end_;
-  ap.fp_k = c.fp_k(l), ap.fp_v = c.fp_v(l), ap.fp_blocks = fp_blocks_, ap.fp_blocks_stride = c.fp_stride();
-  if (bits != 0) {
-    ap.hist_k = c.hist_k(l), ap.hist_v = c.hist_v(l), ap.hist_blocks = hist_blocks_;
-    ap.hist_blocks_stride = c.hist_stride();
+  if (prefill_launch_) {
+    // The rows are consecutive tokens of one slot: row 0's page tables are its tables.
+    PrefillAttentionParams fa;
+    fa.n_tokens = batch, fa.n_heads = s.n_heads, fa.n_kv_heads = s.n_kv_heads, fa.head_dim = d;
+    fa.bits = bits, fa.group = kv_.group, fa.sink = kv_.sink;
+    fa.q = q_rot_, fa.seq_len = seq_len_, fa.hist_end = bits == 0 ? nullptr : hist_end_;
+    fa.fp_k = c.fp_k(l), fa.fp_v = c.fp_v(l), fa.fp_blocks = fp_blocks_;
+    if (bits != 0) fa.hist_k = c.hist_k(l), fa.hist_v = c.hist_v(l), fa.hist_blocks = hist_blocks_;
+    fa.out = att_;
+    prefill_attention(fa, stream_);
+  } else {
+    DecodeAttentionParams ap;
+    ap.batch = batch, ap.n_heads = s.n_heads, ap.n_kv_heads = s.n_kv_heads, ap.head_dim = d;
+    ap.bits = bits, ap.group = kv_.group, ap.sink = kv_.sink, ap.max_seq_len = bound;
+    ap.max_window_keys = bits == 0 ? 0 : std::min<int64_t>(bound, int64_t(kv_.sink) + kv_.window + kDecodeFpBlockTokens);
+    ap.tensor_cores = precision_ == GemmPrecision::bf16;  // f32: every key in f32 on the CUDA cores
+    ap.chunk_keys = decode_attention_default_chunk(ap, n_sm_);
+    ap.q = q_rot_, ap.seq_len = seq_len_, ap.hist_end = bits == 0 ? nullptr : hist_end_;
+    ap.fp_k = c.fp_k(l), ap.fp_v = c.fp_v(l), ap.fp_blocks = fp_blocks_, ap.fp_blocks_stride = c.fp_stride();
+    if (bits != 0) {
+      ap.hist_k = c.hist_k(l), ap.hist_v = c.hist_v(l), ap.hist_blocks = hist_blocks_;
+      ap.hist_blocks_stride = c.hist_stride();
+    }
+    ap.workspace = attn_workspace_, ap.out = att_;
+    decode_attention(ap, stream_);
   }
-  ap.workspace = attn_workspace_, ap.out = att_;
-  decode_attention(ap, stream_);
   const float* att = att_;
   if (w.rot_v) {
     linear_->rotate(att_, w.rot_v, att_rot_, int64_t(batch) * s.n_heads, d, /*transpose_r=*/true);

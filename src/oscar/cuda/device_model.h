@@ -155,6 +155,7 @@ class DeviceModel {
   // staging: ids, positions, lengths after the step, history ends, demotion ranges.
   int max_seqs_ = 0, prefill_chunk_ = 0;
   int max_rows_ = 0;  // rows of the activation buffers: max(max_seqs, prefill_chunk)
+  bool prefill_launch_ = false;  // run_step's rows are one slot's consecutive tokens: prefill_attention
   int32_t *d_inputs_ = nullptr, *h_inputs_ = nullptr;  // pinned
   int32_t *ids_, *pos_, *seq_len_, *hist_end_, *demote_from_, *demote_to_, *bad_id_;
   int32_t *fp_blocks_, *hist_blocks_, *slots_;  // batch tables gathered from the slot tables

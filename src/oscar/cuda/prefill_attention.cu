@@ -1,0 +1,432 @@
+// Prefill attention, FlashAttention-2 style (design: docs/cuda.md, "Prefill attention").
+//
+// A CTA of 4 warps takes one KV head and 64 query rows, a row being a (token, query head
+// of the GQA group) pair, token-major; each warp owns 16 rows. Per tile of 64 keys the CTA
+// stages the keys' BF16 rows (fp pages) and/or their history rows dequantized to BF16, then
+// each warp computes S = Q·Kᵀ on tensor cores (mma.m16n8k16, BF16 in, f32 accumulate) from
+// whichever source each (row, key) reads, runs the online softmax in base 2 and adds P·V
+// per source, P split by the same choice. q is pre-scaled by log2(e)/√d before rounding.
+#include "oscar/cuda/prefill_attention.h"
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "oscar/cuda/device_primitives.cuh"
+#include "oscar/cuda/host_checks.h"
+
+namespace oscar::cuda {
+namespace {
+
+using detail::cp_async16;
+using detail::cp_async_commit;
+using detail::cp_async_wait;
+using detail::smem_addr;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRows = 16 * kWarps;  // query rows per CTA
+constexpr int kKeys = 64;           // keys per tile
+constexpr int kPage = 16;           // tokens per fp page and rows per history page
+constexpr int kMaxGroup = 8;
+
+// Shared-memory tiles: [kKeys][kDim + 8] BF16 each (the 16-byte pad spreads the rows that
+// ldmatrix reads together over all banks).
+template <int kDim>
+struct Tiles {
+  static constexpr int kStride = kDim + 8;
+  static constexpr int kElems = kKeys * kStride;
+  static constexpr size_t bytes(int bits) { return size_t(bits == 0 ? 2 : 4) * kElems * sizeof(uint16_t); }
+};
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// Keys [j0, j0 + 64) of the fp pages into tiles (K and V); keys outside [lo, hi) (those no
+// row of the CTA reads in BF16, whose rows may be stale) and released pages become zeros,
+// so that P·V never meets a NaN.
+template <int kDim>
+__device__ void load_fp_tile(const PrefillAttentionParams& p, int kvh, int j0, int sink, int lo, int hi,
+                             uint16_t* s_k, uint16_t* s_v) {
+  constexpr int kChunks = kDim / 8;  // 16-byte pieces per row
+  for (int i = threadIdx.x; i < kKeys * kChunks; i += kThreads) {
+    const int key = i / kChunks, ch = i % kChunks, j = j0 + key;
+    const bool wanted = j < hi && (j < sink || j >= lo);
+    const int page = wanted ? p.fp_blocks[j / kPage] : -1;
+    const bool ok = page >= 0;
+    const size_t off = ok ? ((size_t(page) * p.n_kv_heads + kvh) * kPage + size_t(j % kPage)) * kDim + ch * 8 : 0;
+    cp_async16(s_k + key * Tiles<kDim>::kStride + ch * 8, p.fp_k + off, ok);
+    cp_async16(s_v + key * Tiles<kDim>::kStride + ch * 8, p.fp_v + off, ok);
+  }
+}
+
+// The packed history pages (K and V) that hold keys [j0, j0 + 64) ∩ [S, hi): at most 5
+// pages of 16 rows (4 when S is a multiple of 16), copied whole with 16-byte cp.async (a
+// page is 16·row_bytes contiguous bytes, a multiple of 16). Returns the first page's index.
+template <int kDim, int kBits>
+struct HistStage {
+  static constexpr int kMaxPages = kKeys / kPage + 1;
+  static constexpr int kMaxRowBytes = kDim * kBits / 8 + 4 * (kDim / 32);  // G = 32: most pairs
+  static constexpr int kMaxPageBytes = kPage * kMaxRowBytes;
+  static constexpr size_t kBytes = kBits == 0 ? 0 : size_t(2) * kMaxPages * kMaxPageBytes;
+};
+
+template <int kDim, int kBits>
+__device__ int stage_hist_pages(const PrefillAttentionParams& p, int kvh, int j0, int sink, int hi, int row_bytes,
+                                uint8_t* s_raw, int* s_page) {
+  using St = HistStage<kDim, kBits>;
+  const int first = (max(j0, sink) - sink) / kPage, last = (min(j0 + kKeys, hi) - 1 - sink) / kPage;
+  const int n_pages = last - first + 1, page_bytes = kPage * row_bytes, chunks = page_bytes / 16;
+  if (threadIdx.x < St::kMaxPages) s_page[threadIdx.x] = int(threadIdx.x) < n_pages ? p.hist_blocks[first + threadIdx.x] : -1;
+  for (int i = threadIdx.x; i < 2 * n_pages * chunks; i += kThreads) {
+    const int is_v = i / (n_pages * chunks), rest = i % (n_pages * chunks), q = rest / chunks, ch = rest % chunks;
+    const int page = p.hist_blocks[first + q];
+    const bool ok = page >= 0;
+    const uint8_t* pool = is_v ? p.hist_v : p.hist_k;
+    const size_t off = ok ? (size_t(page) * p.n_kv_heads + kvh) * size_t(page_bytes) + size_t(ch) * 16 : 0;
+    cp_async16(s_raw + (is_v * St::kMaxPages + q) * St::kMaxPageBytes + ch * 16, pool + off, ok);
+  }
+  return first;
+}
+
+// The staged history rows of keys [j0, j0 + 64) ∩ [S, hi) dequantized into tiles,
+// x̂ = (code − z)·s rounded to BF16; other keys and missing pages become zeros. A lane
+// takes 4 consecutive dims of a row: in the §1 parts layout they are bits
+// [b·part, b·part + b) of 4 consecutive code bytes, one aligned 32-bit load.
+template <int kDim, int kBits>
+__device__ void dequantize_hist_tile(const PrefillAttentionParams& p, int j0, int sink, int hi, int row_bytes,
+                                     int first_page, const uint8_t* s_raw, const int* s_page, uint16_t* s_k,
+                                     uint16_t* s_v) {
+  using St = HistStage<kDim, kBits>;
+  constexpr int kLanesPerRow = kDim / 4, kRowsPerPass = 32 / kLanesPerRow, kMask = (1 << kBits) - 1;
+  const int group_bytes = p.group * kBits / 8;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int dim0 = (lane % kLanesPerRow) * 4;
+  const int grp = dim0 / p.group, in_group = dim0 % p.group;
+  const int byte = grp * group_bytes + in_group % group_bytes, shift = kBits * (in_group / group_bytes);
+  for (int item = warp * kRowsPerPass + lane / kLanesPerRow; item < 2 * kKeys; item += kWarps * kRowsPerPass) {
+    const int is_v = item >= kKeys;
+    const int key = item % kKeys, j = j0 + key;
+    const int q = (j - sink) / kPage - first_page;
+    uint2 packed = make_uint2(0u, 0u);
+    if (j >= sink && j < hi && s_page[q] >= 0) {
+      const uint8_t* row = s_raw + (is_v * St::kMaxPages + q) * St::kMaxPageBytes + ((j - sink) % kPage) * row_bytes;
+      const uint32_t word = *reinterpret_cast<const uint32_t*>(row + byte) >> shift;
+      const uint32_t sz = *reinterpret_cast<const uint32_t*>(row + kDim * kBits / 8 + 4 * grp);
+      const float s = __half2float(__ushort_as_half(uint16_t(sz & 0xffffu)));
+      const float z = __half2float(__ushort_as_half(uint16_t(sz >> 16)));
+      float x[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[e] = (float((word >> (8 * e)) & kMask) - z) * s;
+      packed = make_uint2(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]));
+    }
+    *reinterpret_cast<uint2*>((is_v ? s_v : s_k) + key * Tiles<kDim>::kStride + dim0) = packed;
+  }
+}
+
+// S (16 rows × 64 keys) += Q·Kᵀ for one warp: B fragments straight from the [key][dim]
+// tile by ldmatrix (4 of them per load: two k-steps of one 8-key block).
+template <int kDim>
+__device__ __forceinline__ void scores(const uint32_t (&qa)[kDim / 16][4], const uint16_t* s_k, float (&s)[8][4]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kDim / 16; kk += 2) {
+      uint32_t b[4];
+      ldmatrix_x4(b, smem_addr(s_k + (nt * 8 + lane % 8) * Tiles<kDim>::kStride + kk * 16 + 8 * (lane / 8)));
+      mma_bf16(s[nt], qa[kk], b[0], b[1]);
+      mma_bf16(s[nt], qa[kk + 1], b[2], b[3]);
+    }
+  }
+}
+
+// O (16 rows × d) += P·V for one warp, P given as A fragments over the 4 k-steps of 16 keys.
+template <int kDim>
+__device__ __forceinline__ void add_pv(const uint32_t (&pa)[4][4], const uint16_t* s_v, float (&o)[kDim / 8][4]) {
+  const int lane = threadIdx.x % 32, mi = lane / 8;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+    for (int nd = 0; nd < kDim / 16; ++nd) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, smem_addr(s_v + (kk * 16 + lane % 8 + 8 * (mi & 1)) * Tiles<kDim>::kStride + nd * 16 +
+                                     8 * (mi >> 1)));
+      mma_bf16(o[2 * nd], pa[kk], b[0], b[1]);
+      mma_bf16(o[2 * nd + 1], pa[kk], b[2], b[3]);
+    }
+  }
+}
+
+template <int kDim, int kBits>
+__global__ void __launch_bounds__(kThreads) prefill_attention_kernel(const PrefillAttentionParams p) {
+  extern __shared__ __align__(16) uint16_t smem[];
+  uint16_t* s_kf = smem;
+  uint16_t* s_vf = smem + Tiles<kDim>::kElems;
+  uint16_t* s_kh = smem + 2 * Tiles<kDim>::kElems;  // history tiles (kBits != 0)
+  uint16_t* s_vh = smem + 3 * Tiles<kDim>::kElems;
+  // Raw history pages after the tiles (kBits != 0).
+  uint8_t* s_raw = reinterpret_cast<uint8_t*>(smem + 4 * Tiles<kDim>::kElems);
+  __shared__ int s_bounds[4];
+  __shared__ int s_page[HistStage<kDim, kBits == 0 ? 2 : kBits>::kMaxPages];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int gqa = p.n_heads / p.n_kv_heads, tokens_per_cta = kRows / gqa;
+  // Later tokens have more keys: hand them out first.
+  const int tok0 = (gridDim.x - 1 - blockIdx.x) * tokens_per_cta, kvh = blockIdx.y;
+  const int n_tok = min(tokens_per_cta, p.n_tokens - tok0);
+  const int sink = p.sink;
+  const int row_bytes = kBits == 0 ? 0 : kDim * kBits / 8 + 4 * (kDim / p.group);
+
+  // The CTA's key ranges: all keys [0, len_max); BF16 beyond the sink [fp_lo, len_max);
+  // history [S, hist_hi).
+  if (threadIdx.x == 0) {
+    int len_max = 0, fp_lo = INT_MAX, hist_hi = 0;
+    for (int i = 0; i < n_tok; ++i) {
+      const int len = p.seq_len[tok0 + i];
+      const int h = kBits == 0 ? sink : max(sink, min(p.hist_end[tok0 + i], len));
+      len_max = max(len_max, len);
+      if (h < len) fp_lo = min(fp_lo, h);
+      hist_hi = max(hist_hi, h);
+    }
+    s_bounds[0] = len_max, s_bounds[1] = fp_lo, s_bounds[2] = hist_hi;
+  }
+  __syncthreads();
+  const int len_max = s_bounds[0], fp_lo = s_bounds[1], hist_hi = s_bounds[2];
+
+  // This thread's two rows (g and g + 8 of the warp's 16): token, head, keys, history end.
+  int row_len[2], row_hist[2];
+  const float* row_q[2];
+  float* row_out[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp * 16 + g + 8 * r, tok = row / gqa, head = kvh * gqa + row % gqa;
+    const bool valid = tok < n_tok;
+    row_len[r] = valid ? p.seq_len[tok0 + tok] : 0;
+    row_hist[r] = valid && kBits != 0 ? p.hist_end[tok0 + tok] : 0;  // 0: no key is history
+    const size_t off = (size_t(tok0 + tok) * p.n_heads + head) * kDim;
+    row_q[r] = valid ? p.q + off : nullptr;
+    row_out[r] = valid ? p.out + off : nullptr;
+  }
+  int warp_len = max(row_len[0], row_len[1]);
+  for (int off = 1; off < 32; off *= 2) warp_len = max(warp_len, __shfl_xor_sync(0xffffffffu, warp_len, off));
+
+  // Q as A fragments (row-major 16 × 16 per k-step), scaled so that softmax runs in base 2.
+  const float qscale = 1.4426950408889634f * rsqrtf(float(kDim));
+  uint32_t qa[kDim / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kDim / 16; ++kk) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float2 v = make_float2(0.0f, 0.0f);
+        if (row_q[r]) v = *reinterpret_cast<const float2*>(row_q[r] + kk * 16 + 8 * half + 2 * c);
+        qa[kk][2 * half + r] = pack_bf16(v.x * qscale, v.y * qscale);
+      }
+    }
+  }
+
+  float o[kDim / 8][4];
+#pragma unroll
+  for (int i = 0; i < kDim / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  for (int j0 = 0; j0 < len_max; j0 += kKeys) {
+    const bool need_fp = j0 < sink || j0 + kKeys > fp_lo;
+    const bool need_hist = kBits != 0 && j0 + kKeys > sink && j0 < hist_hi;
+    __syncthreads();  // the previous tile's reads are done
+    if (need_fp) load_fp_tile<kDim>(p, kvh, j0, sink, fp_lo, len_max, s_kf, s_vf);
+    int first_page = 0;
+    if constexpr (kBits != 0) {
+      if (need_hist) first_page = stage_hist_pages<kDim, kBits>(p, kvh, j0, sink, hist_hi, row_bytes, s_raw, s_page);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    if constexpr (kBits != 0) {
+      if (need_hist) {
+        dequantize_hist_tile<kDim, kBits>(p, j0, sink, hist_hi, row_bytes, first_page, s_raw, s_page, s_kh, s_vh);
+        __syncthreads();
+      }
+    }
+    if (j0 >= warp_len) continue;  // causal: no row of this warp reaches the tile
+
+    // Scores: each element from the source its (row, key) reads; −inf past the row's keys.
+    float s[8][4];
+    if (need_fp) {
+      scores<kDim>(qa, s_kf, s);
+    }
+    if (need_hist) {
+      float sh[8][4];
+      scores<kDim>(qa, s_kh, sh);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = j0 + nt * 8 + 2 * c + (e & 1), r = e >> 1;
+          if (j >= sink && j < row_hist[r]) s[nt][e] = sh[nt][e];
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = j0 + nt * 8 + 2 * c + (e & 1), r = e >> 1;
+        if (j >= row_len[r]) s[nt][e] = -INFINITY;
+      }
+
+    // Online softmax per row (a row's 64 keys are spread over the 4 lanes of a quad).
+    float scale[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[r], mx);
+      const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet
+      scale[r] = exp2f(m[r] - base);                          // m = −inf: 0 (o and l are 0)
+      m[r] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        s[nt][2 * r] = exp2f(s[nt][2 * r] - base);
+        s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - base);
+        sum += s[nt][2 * r] + s[nt][2 * r + 1];
+      }
+      l[r] = l[r] * scale[r] + sum;
+    }
+#pragma unroll
+    for (int i = 0; i < kDim / 8; ++i) {
+      o[i][0] *= scale[0], o[i][1] *= scale[0];
+      o[i][2] *= scale[1], o[i][3] *= scale[1];
+    }
+
+    // P·V per source: the C fragments of two 8-key blocks are the A fragment of a 16-key step.
+#pragma unroll
+    for (int src = 0; src < 2; ++src) {
+      const bool hist_src = src == 1;
+      if (hist_src ? !need_hist : !need_fp) continue;
+      uint32_t pa[4][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int nt = 2 * kk + half, j = j0 + nt * 8 + 2 * c;
+            float w[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const bool hist = kBits != 0 && j + e >= sink && j + e < row_hist[r];
+              w[e] = hist == hist_src ? s[nt][2 * r + e] : 0.0f;
+            }
+            pa[kk][2 * half + r] = pack_bf16(w[0], w[1]);
+          }
+      add_pv<kDim>(pa, hist_src ? s_vh : s_vf, o);
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = l[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    if (!row_out[r]) continue;
+#pragma unroll
+    for (int i = 0; i < kDim / 8; ++i)
+      *reinterpret_cast<float2*>(row_out[r] + i * 8 + 2 * c) = make_float2(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
+  }
+}
+
+[[noreturn]] void fail(const std::string& what) { detail::fail("prefill_attention", what); }
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+void check_params(const PrefillAttentionParams& p) {
+  const auto need = [](bool ok, const std::string& what) {
+    if (!ok) fail(what);
+  };
+  need(p.n_tokens >= 0, "n_tokens " + std::to_string(p.n_tokens) + " < 0");
+  need(p.head_dim == 64 || p.head_dim == 128, "head_dim " + std::to_string(p.head_dim) + " not supported (64 or 128)");
+  need(p.n_kv_heads > 0 && p.n_kv_heads <= 65535 && p.n_heads > 0 && p.n_heads % p.n_kv_heads == 0,
+       "n_heads " + std::to_string(p.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(p.n_kv_heads));
+  const int group = p.n_kv_heads > 0 ? p.n_heads / p.n_kv_heads : 0;
+  need(group >= 1 && group <= kMaxGroup, "GQA group " + std::to_string(group) + " not supported (1..8)");
+  need(p.bits == 0 || p.bits == 2 || p.bits == 4 || p.bits == 8,
+       "bits " + std::to_string(p.bits) + " not supported (0 = BF16 only, 2, 4, 8)");
+  if (p.bits != 0) {
+    need((p.group == 32 || p.group == 64 || p.group == 128) && p.group <= p.head_dim,
+         "group size " + std::to_string(p.group) + " not supported (32, 64 or 128, at most head_dim)");
+    need(p.hist_end && p.hist_k && p.hist_v && p.hist_blocks, "history pointers are null (bits != 0)");
+    need(aligned16(p.hist_k) && aligned16(p.hist_v), "history pools must be 16-byte aligned");
+  }
+  need(p.sink >= 0, "sink " + std::to_string(p.sink) + " < 0");
+  need(p.q && p.seq_len && p.fp_k && p.fp_v && p.fp_blocks && p.out, "a required pointer is null");
+  need(aligned16(p.fp_k) && aligned16(p.fp_v), "fp pools must be 16-byte aligned");
+}
+
+template <int kDim, int kBits>
+void launch(const PrefillAttentionParams& p, cudaStream_t stream) {
+  const size_t smem = Tiles<kDim>::bytes(kBits) + HistStage<kDim, kBits>::kBytes;
+  constexpr auto kernel = prefill_attention_kernel<kDim, kBits>;
+  // Above 48 KB a kernel must opt in (once per instantiation).
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (attr != cudaSuccess) fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(attr));
+  const int tokens_per_cta = kRows / (p.n_heads / p.n_kv_heads);
+  const dim3 grid(unsigned((p.n_tokens + tokens_per_cta - 1) / tokens_per_cta), unsigned(p.n_kv_heads));
+  kernel<<<grid, kThreads, smem, stream>>>(p);
+  detail::check_launch("prefill_attention");
+}
+
+template <int kDim>
+void launch_bits(const PrefillAttentionParams& p, cudaStream_t stream) {
+  switch (p.bits) {
+    case 0: return launch<kDim, 0>(p, stream);
+    case 2: return launch<kDim, 2>(p, stream);
+    case 4: return launch<kDim, 4>(p, stream);
+    default: return launch<kDim, 8>(p, stream);
+  }
+}
+
+}  // namespace
+
+void prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
+  check_params(p);
+  if (p.n_tokens == 0) return;
+  if (p.head_dim == 64) return launch_bits<64>(p, stream);
+  return launch_bits<128>(p, stream);
+}
+
+}  // namespace oscar::cuda
