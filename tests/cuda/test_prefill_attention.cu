@@ -207,6 +207,10 @@ std::vector<float> run_gpu(const HostCache& h) {
     p.hist_k = hk.as<uint8_t>(), p.hist_v = hv.as<uint8_t>(), p.hist_blocks = hb.as<int32_t>();
   }
   p.out = out.as<float>();
+  for (int i = 0; i < c.n; ++i) p.max_hist_end = std::max(p.max_hist_end, std::min(h.hist_end[size_t(i)], h.seq_len[size_t(i)]));
+  DeviceBuffer scratch(oscar::cuda::prefill_attention_scratch_bytes(p));
+  CHECK_CUDA(cudaMemset(scratch.ptr, 0xff, oscar::cuda::prefill_attention_scratch_bytes(p)));  // NaN
+  p.scratch = scratch.as<uint16_t>();
   oscar::cuda::prefill_attention(p);
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaDeviceSynchronize());
@@ -274,6 +278,13 @@ void run_param_checks() {
   p.head_dim = 64, p.bits = 2, p.group = 128;
   msg = error_of([&] { oscar::cuda::prefill_attention(p); });
   report(msg.find("group size 128") != std::string::npos, "prefill_attention refuses G 128 > d 64: \"" + msg + "\"");
+  DeviceBuffer any(256);
+  p.group = 64, p.sink = 4, p.max_hist_end = 20;
+  p.q = any.as<float>(), p.seq_len = any.as<int32_t>(), p.hist_end = any.as<int32_t>(), p.out = any.as<float>();
+  p.fp_k = p.fp_v = any.as<uint16_t>(), p.fp_blocks = p.hist_blocks = any.as<int32_t>();
+  p.hist_k = p.hist_v = any.as<uint8_t>();
+  msg = error_of([&] { oscar::cuda::prefill_attention(p); });
+  report(msg.find("scratch is null") != std::string::npos, "prefill_attention refuses a missing scratch: \"" + msg + "\"");
 }
 
 }  // namespace

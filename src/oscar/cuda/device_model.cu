@@ -223,6 +223,8 @@ DeviceModel::~DeviceModel() {
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
   if (stream_) cudaStreamSynchronize(stream_);
   if (h_inputs_) cudaFreeHost(h_inputs_);
+  if (attn_workspace_) cudaFree(attn_workspace_);
+  if (prefill_scratch_) cudaFree(prefill_scratch_);
   linear_.reset();
   cache_.reset();
   if (stream_) cudaStreamDestroy(stream_);
@@ -335,6 +337,26 @@ int64_t DeviceModel::stage_rows(const std::vector<int>& slots, const std::vector
   return max_len;
 }
 
+void DeviceModel::ensure_prefill_scratch(int64_t hist_end) {
+  prefill_hist_end_ = int(hist_end);
+  PrefillAttentionParams p;
+  p.n_kv_heads = shape_.n_kv_heads, p.head_dim = shape_.head_dim, p.sink = kv_.sink, p.max_hist_end = int(hist_end);
+  p.bits = std::any_of(kv_.bits.begin(), kv_.bits.end(), [](int b) { return b != 0; }) ? 2 : 0;
+  const size_t need = prefill_attention_scratch_bytes(p);
+  if (need <= prefill_scratch_bytes_) return;
+  if (prefill_scratch_) cudaFree(prefill_scratch_);
+  prefill_scratch_ = nullptr;
+  prefill_scratch_bytes_ = 0;
+  const cudaError_t e = cudaMalloc(&prefill_scratch_, need);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    prefill_scratch_ = nullptr;
+    fail("DeviceModel", std::string(e == cudaErrorMemoryAllocation ? "out of GPU memory" : cudaGetErrorString(e)) +
+                            " allocating the prefill history scratch: " + std::to_string(need >> 20) + " MiB");
+  }
+  prefill_scratch_bytes_ = need;
+}
+
 void DeviceModel::ensure_workspace(int rows, int64_t bound) {
   DecodeAttentionParams p;
   p.batch = rows, p.n_heads = shape_.n_heads, p.n_kv_heads = shape_.n_kv_heads, p.head_dim = shape_.head_dim;
@@ -442,6 +464,7 @@ void DeviceModel::prefill(int slot, const std::vector<int32_t>& tokens, std::vec
     if (!flash) ensure_workspace(n, bound);
     // Logits for the rows at or past logits_from (all_logits), else the last row's only.
     const int from = all_logits ? int(std::clamp<int64_t>(logits_from - int64_t(c0), 0, n - 1)) : n - 1;
+    if (flash) ensure_prefill_scratch(cache_->history_end(t0 + n));
     prefill_launch_ = flash;
     try {
       run_step(n, bound, from);
@@ -516,6 +539,7 @@ void DeviceModel::layer(int l, int batch, int64_t bound) {
     fa.q = q_rot_, fa.seq_len = seq_len_, fa.hist_end = bits == 0 ? nullptr : hist_end_;
     fa.fp_k = c.fp_k(l), fa.fp_v = c.fp_v(l), fa.fp_blocks = fp_blocks_;
     if (bits != 0) fa.hist_k = c.hist_k(l), fa.hist_v = c.hist_v(l), fa.hist_blocks = hist_blocks_;
+    fa.max_hist_end = prefill_hist_end_, fa.scratch = prefill_scratch_;
     fa.out = att_;
     prefill_attention(fa, stream_);
   } else {

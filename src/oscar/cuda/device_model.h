@@ -121,6 +121,8 @@ class DeviceModel {
                      const std::vector<int64_t>& positions);
   int64_t key_bound(int64_t max_len) const;
   void ensure_workspace(int rows, int64_t bound);
+  // The BF16 copy of the history prefill_attention reads, for history rows [S, hist_end).
+  void ensure_prefill_scratch(int64_t hist_end);
   // The kernels of one launch over `rows` rows (capturable); logits of rows ≥ logits_from.
   void run_step(int rows, int64_t bound, int logits_from);
   void layer(int l, int batch, int64_t max_len);
@@ -166,6 +168,9 @@ class DeviceModel {
   double* uniforms_ = nullptr;  // [max_rows_] for sample()
   float* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
+  uint16_t* prefill_scratch_ = nullptr;
+  size_t prefill_scratch_bytes_ = 0;
+  int prefill_hist_end_ = 0;  // history end of the running prefill launch's last row
   int n_sm_ = 0;
   std::map<std::pair<int, int64_t>, cudaGraphExec_t> graphs_;  // (batch, key bucket) → graph
 };

@@ -6,8 +6,10 @@
 // each warp computes S = Q·Kᵀ on tensor cores (mma.m16n8k16, BF16 in, f32 accumulate) from
 // whichever source each (row, key) reads, runs the online softmax in base 2 and adds P·V
 // per source, P split by the same choice. q is pre-scaled by log2(e)/√d before rounding.
+// History rows are dequantized to BF16 once per launch (a scratch), not once per query tile.
 #include "oscar/cuda/prefill_attention.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -86,67 +88,63 @@ __device__ void load_fp_tile(const PrefillAttentionParams& p, int kvh, int j0, i
   }
 }
 
-// The packed history pages (K and V) that hold keys [j0, j0 + 64) ∩ [S, hi): at most 5
-// pages of 16 rows (4 when S is a multiple of 16), copied whole with 16-byte cp.async (a
-// page is 16·row_bytes contiguous bytes, a multiple of 16). Returns the first page's index.
-template <int kDim, int kBits>
-struct HistStage {
-  static constexpr int kMaxPages = kKeys / kPage + 1;
-  static constexpr int kMaxRowBytes = kDim * kBits / 8 + 4 * (kDim / 32);  // G = 32: most pairs
-  static constexpr int kMaxPageBytes = kPage * kMaxRowBytes;
-  static constexpr size_t kBytes = kBits == 0 ? 0 : size_t(2) * kMaxPages * kMaxPageBytes;
-};
-
-template <int kDim, int kBits>
-__device__ int stage_hist_pages(const PrefillAttentionParams& p, int kvh, int j0, int sink, int hi, int row_bytes,
-                                uint8_t* s_raw, int* s_page) {
-  using St = HistStage<kDim, kBits>;
-  const int first = (max(j0, sink) - sink) / kPage, last = (min(j0 + kKeys, hi) - 1 - sink) / kPage;
-  const int n_pages = last - first + 1, page_bytes = kPage * row_bytes, chunks = page_bytes / 16;
-  if (threadIdx.x < St::kMaxPages) s_page[threadIdx.x] = int(threadIdx.x) < n_pages ? p.hist_blocks[first + threadIdx.x] : -1;
-  for (int i = threadIdx.x; i < 2 * n_pages * chunks; i += kThreads) {
-    const int is_v = i / (n_pages * chunks), rest = i % (n_pages * chunks), q = rest / chunks, ch = rest % chunks;
-    const int page = p.hist_blocks[first + q];
-    const bool ok = page >= 0;
-    const uint8_t* pool = is_v ? p.hist_v : p.hist_k;
-    const size_t off = ok ? (size_t(page) * p.n_kv_heads + kvh) * size_t(page_bytes) + size_t(ch) * 16 : 0;
-    cp_async16(s_raw + (is_v * St::kMaxPages + q) * St::kMaxPageBytes + ch * 16, pool + off, ok);
-  }
-  return first;
+// Rows of the scratch: history rows [S, max_hist_end) of every KV head, K then V.
+size_t scratch_rows(const PrefillAttentionParams& p) {
+  return p.bits == 0 ? 0 : size_t(std::max(p.max_hist_end - p.sink, 0));
 }
 
-// The staged history rows of keys [j0, j0 + 64) ∩ [S, hi) dequantized into tiles,
-// x̂ = (code − z)·s rounded to BF16; other keys and missing pages become zeros. A lane
-// takes 4 consecutive dims of a row: in the §1 parts layout they are bits
-// [b·part, b·part + b) of 4 consecutive code bytes, one aligned 32-bit load.
+// Dims [dim0, dim0 + 4) of a §1 row, x̂ = (code − z)·s rounded to BF16. In the parts
+// layout 4 consecutive dims of a group are bits [b·part, b·part + b) of 4 consecutive
+// code bytes: one aligned 32-bit load.
 template <int kDim, int kBits>
-__device__ void dequantize_hist_tile(const PrefillAttentionParams& p, int j0, int sink, int hi, int row_bytes,
-                                     int first_page, const uint8_t* s_raw, const int* s_page, uint16_t* s_k,
-                                     uint16_t* s_v) {
-  using St = HistStage<kDim, kBits>;
-  constexpr int kLanesPerRow = kDim / 4, kRowsPerPass = 32 / kLanesPerRow, kMask = (1 << kBits) - 1;
-  const int group_bytes = p.group * kBits / 8;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int dim0 = (lane % kLanesPerRow) * 4;
-  const int grp = dim0 / p.group, in_group = dim0 % p.group;
-  const int byte = grp * group_bytes + in_group % group_bytes, shift = kBits * (in_group / group_bytes);
-  for (int item = warp * kRowsPerPass + lane / kLanesPerRow; item < 2 * kKeys; item += kWarps * kRowsPerPass) {
-    const int is_v = item >= kKeys;
-    const int key = item % kKeys, j = j0 + key;
-    const int q = (j - sink) / kPage - first_page;
-    uint2 packed = make_uint2(0u, 0u);
-    if (j >= sink && j < hi && s_page[q] >= 0) {
-      const uint8_t* row = s_raw + (is_v * St::kMaxPages + q) * St::kMaxPageBytes + ((j - sink) % kPage) * row_bytes;
-      const uint32_t word = *reinterpret_cast<const uint32_t*>(row + byte) >> shift;
-      const uint32_t sz = *reinterpret_cast<const uint32_t*>(row + kDim * kBits / 8 + 4 * grp);
-      const float s = __half2float(__ushort_as_half(uint16_t(sz & 0xffffu)));
-      const float z = __half2float(__ushort_as_half(uint16_t(sz >> 16)));
-      float x[4];
+__device__ __forceinline__ uint2 dequantize4(const uint8_t* row, int dim0, int group) {
+  constexpr int kMask = (1 << kBits) - 1;
+  const int group_bytes = group * kBits / 8, grp = dim0 / group, in_group = dim0 % group;
+  const uint32_t word =
+      *reinterpret_cast<const uint32_t*>(row + grp * group_bytes + in_group % group_bytes) >> (kBits * (in_group / group_bytes));
+  const uint32_t sz = *reinterpret_cast<const uint32_t*>(row + kDim * kBits / 8 + 4 * grp);
+  const float s = __half2float(__ushort_as_half(uint16_t(sz & 0xffffu)));
+  const float z = __half2float(__ushort_as_half(uint16_t(sz >> 16)));
+  float x[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) x[e] = (float((word >> (8 * e)) & kMask) - z) * s;
-      packed = make_uint2(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]));
-    }
-    *reinterpret_cast<uint2*>((is_v ? s_v : s_k) + key * Tiles<kDim>::kStride + dim0) = packed;
+  for (int e = 0; e < 4; ++e) x[e] = (float((word >> (8 * e)) & kMask) - z) * s;
+  return make_uint2(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]));
+}
+
+// The history rows [S, max_hist_end) of every KV head, K and V, dequantized once per launch
+// into the scratch ([2][n_kv][rows][d] BF16), so that every query tile reads them like
+// BF16 rows instead of dequantizing them again. A row is d/4 lanes; missing pages give zeros.
+template <int kDim, int kBits>
+__global__ void __launch_bounds__(256) dequantize_history_kernel(const PrefillAttentionParams p, int rows) {
+  constexpr int kLanesPerRow = kDim / 4, kRowsPerBlock = 256 / kLanesPerRow;
+  const int x = blockIdx.x * kRowsPerBlock + int(threadIdx.x) / kLanesPerRow, kvh = blockIdx.y;
+  if (x >= rows) return;
+  const int dim0 = (int(threadIdx.x) % kLanesPerRow) * 4;
+  const int row_bytes = kDim * kBits / 8 + 4 * (kDim / p.group);
+  const int page = p.hist_blocks[x / kPage];
+  const size_t out = (size_t(kvh) * rows + x) * kDim + dim0, plane = size_t(p.n_kv_heads) * rows * kDim;
+  uint2 k = make_uint2(0u, 0u), v = k;
+  if (page >= 0) {
+    const size_t off = (size_t(page) * p.n_kv_heads + kvh) * kPage * size_t(row_bytes) + size_t(x % kPage) * row_bytes;
+    k = dequantize4<kDim, kBits>(p.hist_k + off, dim0, p.group);
+    v = dequantize4<kDim, kBits>(p.hist_v + off, dim0, p.group);
+  }
+  *reinterpret_cast<uint2*>(p.scratch + out) = k;
+  *reinterpret_cast<uint2*>(p.scratch + plane + out) = v;
+}
+
+// History keys [j0, j0 + 64) ∩ [S, hi) from the scratch into tiles; other keys become zeros.
+template <int kDim>
+__device__ void load_hist_tile(const PrefillAttentionParams& p, int kvh, int j0, int sink, int hi, int rows,
+                               uint16_t* s_k, uint16_t* s_v) {
+  constexpr int kChunks = kDim / 8;
+  const size_t plane = size_t(p.n_kv_heads) * rows * kDim;
+  for (int i = threadIdx.x; i < kKeys * kChunks; i += kThreads) {
+    const int key = i / kChunks, ch = i % kChunks, j = j0 + key;
+    const bool ok = j >= sink && j < hi;
+    const size_t off = ok ? (size_t(kvh) * rows + size_t(j - sink)) * kDim + ch * 8 : 0;
+    cp_async16(s_k + key * Tiles<kDim>::kStride + ch * 8, p.scratch + off, ok);
+    cp_async16(s_v + key * Tiles<kDim>::kStride + ch * 8, p.scratch + plane + off, ok);
   }
 }
 
@@ -192,10 +190,7 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(const Prefi
   uint16_t* s_vf = smem + Tiles<kDim>::kElems;
   uint16_t* s_kh = smem + 2 * Tiles<kDim>::kElems;  // history tiles (kBits != 0)
   uint16_t* s_vh = smem + 3 * Tiles<kDim>::kElems;
-  // Raw history pages after the tiles (kBits != 0).
-  uint8_t* s_raw = reinterpret_cast<uint8_t*>(smem + 4 * Tiles<kDim>::kElems);
   __shared__ int s_bounds[4];
-  __shared__ int s_page[HistStage<kDim, kBits == 0 ? 2 : kBits>::kMaxPages];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int gqa = p.n_heads / p.n_kv_heads, tokens_per_cta = kRows / gqa;
@@ -203,7 +198,7 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(const Prefi
   const int tok0 = (gridDim.x - 1 - blockIdx.x) * tokens_per_cta, kvh = blockIdx.y;
   const int n_tok = min(tokens_per_cta, p.n_tokens - tok0);
   const int sink = p.sink;
-  const int row_bytes = kBits == 0 ? 0 : kDim * kBits / 8 + 4 * (kDim / p.group);
+  const int scratch_rows = kBits == 0 ? 0 : max(p.max_hist_end - sink, 0);
 
   // The CTA's key ranges: all keys [0, len_max); BF16 beyond the sink [fp_lo, len_max);
   // history [S, hist_hi).
@@ -216,7 +211,7 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(const Prefi
       if (h < len) fp_lo = min(fp_lo, h);
       hist_hi = max(hist_hi, h);
     }
-    s_bounds[0] = len_max, s_bounds[1] = fp_lo, s_bounds[2] = hist_hi;
+    s_bounds[0] = len_max, s_bounds[1] = fp_lo, s_bounds[2] = min(hist_hi, sink + scratch_rows);
   }
   __syncthreads();
   const int len_max = s_bounds[0], fp_lo = s_bounds[1], hist_hi = s_bounds[2];
@@ -264,19 +259,10 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(const Prefi
     const bool need_hist = kBits != 0 && j0 + kKeys > sink && j0 < hist_hi;
     __syncthreads();  // the previous tile's reads are done
     if (need_fp) load_fp_tile<kDim>(p, kvh, j0, sink, fp_lo, len_max, s_kf, s_vf);
-    int first_page = 0;
-    if constexpr (kBits != 0) {
-      if (need_hist) first_page = stage_hist_pages<kDim, kBits>(p, kvh, j0, sink, hist_hi, row_bytes, s_raw, s_page);
-    }
+    if (need_hist) load_hist_tile<kDim>(p, kvh, j0, sink, hist_hi, scratch_rows, s_kh, s_vh);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
-    if constexpr (kBits != 0) {
-      if (need_hist) {
-        dequantize_hist_tile<kDim, kBits>(p, j0, sink, hist_hi, row_bytes, first_page, s_raw, s_page, s_kh, s_vh);
-        __syncthreads();
-      }
-    }
     if (j0 >= warp_len) continue;  // causal: no row of this warp reaches the tile
 
     // Scores: each element from the source its (row, key) reads; −inf past the row's keys.
@@ -390,6 +376,9 @@ void check_params(const PrefillAttentionParams& p) {
          "group size " + std::to_string(p.group) + " not supported (32, 64 or 128, at most head_dim)");
     need(p.hist_end && p.hist_k && p.hist_v && p.hist_blocks, "history pointers are null (bits != 0)");
     need(aligned16(p.hist_k) && aligned16(p.hist_v), "history pools must be 16-byte aligned");
+    need(p.max_hist_end >= 0 && p.max_hist_end <= INT32_MAX / 2, "max_hist_end out of range");
+    need(scratch_rows(p) == 0 || (p.scratch && aligned16(p.scratch)),
+         "scratch is null or not 16-byte aligned (prefill_attention_scratch_bytes)");
   }
   need(p.sink >= 0, "sink " + std::to_string(p.sink) + " < 0");
   need(p.q && p.seq_len && p.fp_k && p.fp_v && p.fp_blocks && p.out, "a required pointer is null");
@@ -398,12 +387,21 @@ void check_params(const PrefillAttentionParams& p) {
 
 template <int kDim, int kBits>
 void launch(const PrefillAttentionParams& p, cudaStream_t stream) {
-  const size_t smem = Tiles<kDim>::bytes(kBits) + HistStage<kDim, kBits>::kBytes;
+  const size_t smem = Tiles<kDim>::bytes(kBits);
   constexpr auto kernel = prefill_attention_kernel<kDim, kBits>;
   // Above 48 KB a kernel must opt in (once per instantiation).
   static const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (attr != cudaSuccess) fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(attr));
+  if constexpr (kBits != 0) {
+    const int rows = int(scratch_rows(p));
+    if (rows > 0) {
+      constexpr int kRowsPerBlock = 256 / (kDim / 4);
+      const dim3 dgrid(unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(p.n_kv_heads));
+      dequantize_history_kernel<kDim, kBits><<<dgrid, 256, 0, stream>>>(p, rows);
+      detail::check_launch("prefill_attention (history dequantization)");
+    }
+  }
   const int tokens_per_cta = kRows / (p.n_heads / p.n_kv_heads);
   const dim3 grid(unsigned((p.n_tokens + tokens_per_cta - 1) / tokens_per_cta), unsigned(p.n_kv_heads));
   kernel<<<grid, kThreads, smem, stream>>>(p);
@@ -421,6 +419,10 @@ void launch_bits(const PrefillAttentionParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+size_t prefill_attention_scratch_bytes(const PrefillAttentionParams& p) {
+  return scratch_rows(p) * size_t(std::max(p.n_kv_heads, 0)) * size_t(std::max(p.head_dim, 0)) * 2 * sizeof(uint16_t);
+}
 
 void prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
   check_params(p);

@@ -8,6 +8,7 @@
 //
 // Self-contained: depends on the CUDA runtime only (no project code).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -38,8 +39,17 @@ struct PrefillAttentionParams {
   const uint8_t* hist_v = nullptr;
   const int32_t* hist_blocks = nullptr;  // page of history token t at [(t − S) / 16]
 
+  // History rows are dequantized once per launch into a BF16 scratch that every query tile
+  // reads: rows [S, max_hist_end) (host value, >= every hist_end[i] that matters, i.e.
+  // min(hist_end[i], seq_len[i])), prefill_attention_scratch_bytes(*this) bytes.
+  int max_hist_end = 0;
+  uint16_t* scratch = nullptr;
+
   float* out = nullptr;  // [n_tokens, n_heads, d] f32
 };
+
+// Bytes of the scratch: 2 · n_kv_heads · max(max_hist_end − S, 0) · d BF16 (0 when bits = 0).
+size_t prefill_attention_scratch_bytes(const PrefillAttentionParams& p);
 
 // Checks the parameters and launches on `stream`. Throws std::runtime_error naming the
 // invalid field or the failed CUDA call.
