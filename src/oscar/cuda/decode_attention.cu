@@ -796,6 +796,36 @@ void dispatch_dim(const DecodeAttentionParams& p, cudaStream_t stream) {
   return dispatch_group<kBits, 128>(p, stream);
 }
 
+// CTAs of the tensor-core split kernel one SM holds (registers and shared memory limit it);
+// 0 when the runtime cannot tell.
+template <int kBits, int kDim, int kMaxGroup>
+int split_ctas_per_sm() {
+  using Geo = Geometry<kBits, kDim, kMaxGroup>;
+  using M = MmaGeometry<kBits, kDim>;
+  constexpr size_t kSmem = Geo::kSmemBytes > size_t(M::kSmemBytes) ? Geo::kSmemBytes : size_t(M::kSmemBytes);
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<kBits, kDim, kMaxGroup>, kThreads, kSmem) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+template <int kBits, int kDim>
+int split_ctas_per_sm(int group) {
+  if (group == 1) return split_ctas_per_sm<kBits, kDim, 1>();
+  if (group == 2) return split_ctas_per_sm<kBits, kDim, 2>();
+  if (group <= 4) return split_ctas_per_sm<kBits, kDim, 4>();
+  return split_ctas_per_sm<kBits, kDim, 8>();
+}
+
+int split_ctas_per_sm(const DecodeAttentionParams& p) {
+  const int group = p.n_heads / p.n_kv_heads;
+  if (p.bits == 2) return p.head_dim == 64 ? split_ctas_per_sm<2, 64>(group) : split_ctas_per_sm<2, 128>(group);
+  return p.head_dim == 64 ? split_ctas_per_sm<4, 64>(group) : split_ctas_per_sm<4, 128>(group);
+}
+
 }  // namespace
 
 int decode_attention_default_chunk(int batch, int n_kv_heads, int64_t max_seq_len, int n_sm) {
@@ -816,6 +846,23 @@ int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   const int64_t target = 16 * int64_t(n_sm > 0 ? n_sm : 132);
   int chunk = 2048;
   while (chunk < 65536 && int64_t(p.batch) * p.n_kv_heads * ((p.max_seq_len + chunk - 1) / chunk) > target) chunk *= 2;
+  // A grid a little over whole waves of resident CTAs leaves a few chunks to start late
+  // and finish alone (at (1, 128K): 536 CTAs for 528 places, the SMs idle 30 % of the
+  // kernel): lengthen the chunks, a page group at a time, until the tail wave is gone.
+  const int per_sm = n_sm > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 ? split_ctas_per_sm(p) : 0;
+  if (per_sm > 0) {
+    const int64_t capacity = int64_t(per_sm) * n_sm, heads = int64_t(p.batch) * p.n_kv_heads;
+    const int64_t window_keys = p.max_window_keys > 0 ? std::min(p.max_window_keys, p.max_seq_len) : p.max_seq_len;
+    const int64_t window = ceil_div(window_keys, kWindowChunkKeys), hist = std::max<int64_t>(p.max_seq_len - p.sink, 0);
+    const auto ctas = [&](int64_t c) { return heads * (window + ceil_div(hist, c)); };
+    const int64_t total = ctas(chunk), waves = total / capacity, tail = total % capacity;
+    if (waves >= 1 && tail > 0 && tail * 4 < capacity)
+      for (int64_t c = chunk + kTile; c <= 2 * int64_t(chunk); c += kTile)
+        if (ctas(c) <= waves * capacity) {
+          chunk = int(c);
+          break;
+        }
+  }
   return chunk;
 }
 

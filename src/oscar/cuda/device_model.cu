@@ -364,7 +364,8 @@ void DeviceModel::ensure_workspace(int rows, int64_t bound) {
   p.tensor_cores = precision_ == GemmPrecision::bf16;
   size_t need = 0;
   for (int bits : kv_.bits) {
-    p.bits = bits;
+    p.bits = bits;  // the chunk depends on the window bound too: the same as layer() sets
+    p.max_window_keys = bits == 0 ? 0 : std::min<int64_t>(bound, int64_t(kv_.sink) + kv_.window + kDecodeFpBlockTokens);
     p.chunk_keys = decode_attention_default_chunk(p, n_sm_);
     need = std::max(need, decode_attention_workspace_bytes(p));
   }
