@@ -146,7 +146,7 @@ struct Options {
   int64_t tput_t = 32768;
   std::vector<KvSpec> kvs = {{"bf16", 0}, {"int2-oscar", 2}};
   int steps = 32, warmup = 4, max_batch = 128;
-  int prefill_chunk = 256;  // tokens per prefill launch (KvCacheLimits::prefill_chunk)
+  int prefill_chunk = oscar::cuda::KvCacheLimits{}.prefill_chunk;  // tokens per prefill launch
   double budget_gib = 40.0;
   bool latency = true, throughput = true;
   uint64_t seed = 1234;
@@ -398,7 +398,7 @@ void usage(const char* argv0) {
                "          [--kv bf16,int2-oscar,int4-oscar] [--only-latency | --only-throughput]\n"
                "          [--budget-gib X] [--max-batch N] [--tput-t T] [--prefill-t T1,...|none] [--prefill-chunk N] [--seed S]\n"
                "defaults: --steps 32 --warmup 4 --t 8192,32768,131072 --kv bf16,int2-oscar --budget-gib 40\n"
-               "          --max-batch 128 --tput-t 32768 --prefill-t 4096 (with the latency rows) --prefill-chunk 256; commit from OSCAR_COMMIT when --commit is absent\n",
+               "          --max-batch 128 --tput-t 32768 --prefill-t 4096 (with the latency rows) --prefill-chunk 1024; commit from OSCAR_COMMIT when --commit is absent\n",
                argv0);
 }
 

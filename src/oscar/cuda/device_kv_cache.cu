@@ -108,6 +108,7 @@ DeviceKvCache::DeviceKvCache(int n_layers, int n_kv_heads, int head_dim, const K
   // During a step a sequence may hold one page more than after it (the new token's page
   // comes before the released one goes), and the count wobbles by one along the way.
   if (limits.prefill_chunk <= 0) fail(what, "prefill_chunk must be positive");
+  if (limits.prefill_logits_rows <= 0) fail(what, "prefill_logits_rows must be positive");
   // A prefill launch holds its tokens' pages until it ends: prefill_chunk / 16 + 1 more.
   if (limits_.fp_pages <= 0)
     limits_.fp_pages =

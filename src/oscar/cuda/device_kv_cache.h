@@ -48,7 +48,8 @@ struct KvCacheLimits {
   int64_t max_seq_len = 0;   // tokens per sequence (sizes the page tables)
   int64_t fp_pages = 0;      // 0: as many as max_seqs sequences of max_seq_len need
   int64_t hist_pages = 0;    // 0: likewise
-  int prefill_chunk = 256;   // most tokens of one sequence in one launch (DeviceModel::prefill)
+  int prefill_chunk = 1024;  // most tokens of one sequence in one launch (DeviceModel::prefill)
+  int prefill_logits_rows = 256;  // a prefill's logits are computed (and kept) this many rows at a time
 };
 
 class DeviceKvCache {

@@ -94,6 +94,7 @@ DeviceModel::DeviceModel(const ModelShape& shape, const KvFormat& kv, const KvCa
   max_seqs_ = limits.max_seqs;
   prefill_chunk_ = limits.prefill_chunk;
   max_rows_ = std::max(max_seqs_, prefill_chunk_);
+  logits_rows_ = std::max(max_seqs_, std::min(prefill_chunk_, limits.prefill_logits_rows));
   const int widest = std::max({shape.n_embd, shape.n_heads * shape.head_dim, shape.n_ff});
   linear_ = std::make_unique<Linear>(stream_, size_t(max_rows_) * size_t(widest));
   allocate_weights();
@@ -296,7 +297,7 @@ void DeviceModel::allocate_activations() {
   v_ = f32(kvd, "activations");
   gate_ = f32(size_t(s.n_ff), "activations");
   up_ = f32(size_t(s.n_ff), "activations");
-  logits_ = f32(size_t(s.n_vocab), "logits");
+  logits_ = mem.allocate_array<float>(size_t(logits_rows_) * size_t(s.n_vocab), "logits");
   h16_ = mem.allocate_array<uint16_t>(b * size_t(s.n_embd), "activations");
   gate16_ = mem.allocate_array<uint16_t>(b * size_t(s.n_ff), "activations");
   next_ids_ = mem.allocate_array<int32_t>(b, "next ids");
@@ -468,17 +469,25 @@ void DeviceModel::prefill(int slot, const std::vector<int32_t>& tokens, std::vec
     if (flash) ensure_prefill_scratch(cache_->history_end(t0 + n));
     prefill_launch_ = flash;
     try {
-      run_step(n, bound, from);
+      run_step(n, bound, /*logits_from=*/n);  // the logits below, in slices of the logits buffer
     } catch (...) {
       prefill_launch_ = false;
       throw;
     }
     prefill_launch_ = false;
     cache_->end_tokens(slot, n);
-    if (all_logits && int64_t(c0) + n > logits_from) {
-      const std::vector<float> rows = download_logits(n - from);
-      all_logits->insert(all_logits->end(), rows.begin(), rows.end());
+    const bool keep = all_logits && int64_t(c0) + n > logits_from;
+    int last = 0;  // rows of the last slice
+    for (int a = from; a < n; a += logits_rows_) {
+      last = std::min(n, a + logits_rows_) - a;
+      compute_logits(a, a + last);
+      if (keep) {
+        const std::vector<float> rows = download_logits(last);
+        all_logits->insert(all_logits->end(), rows.begin(), rows.end());
+      }
     }
+    // The next id of the launch is the last row's (the others' ids are not kept).
+    if (last > 1) argmax_rows(logits_ + int64_t(last - 1) * shape_.n_vocab, 1, shape_.n_vocab, next_ids_, stream_);
   }
 }
 
@@ -491,10 +500,15 @@ void DeviceModel::run_step(int batch, int64_t bound, int logits_from) {
   check_launch("DeviceModel: page tables");
   embed_bf16(token_embd_, s.n_vocab, s.n_embd, ids_, batch, x_, bad_id_, stream_);
   for (int l = 0; l < s.n_layers; ++l) layer(l, batch, bound);
-  // Logits of rows [logits_from, batch) only (a prefill wants its last row).
-  const int rows = batch - logits_from;
-  const float* x_rows = x_ + int64_t(logits_from) * s.n_embd;
-  rmsnorm(x_rows, output_norm_, h_, rows, s.n_embd, s.rms_eps, stream_, h16_);
+  if (logits_from < batch) compute_logits(logits_from, batch);
+}
+
+void DeviceModel::compute_logits(int from, int to) {
+  const ModelShape& s = shape_;
+  const int rows = to - from;
+  if (rows > logits_rows_) fail("DeviceModel", "logits of " + std::to_string(rows) + " rows at once (buffer: " +
+                                                   std::to_string(logits_rows_) + ")");
+  rmsnorm(x_ + int64_t(from) * s.n_embd, output_norm_, h_, rows, s.n_embd, s.rms_eps, stream_, h16_);
   mm(output_, h_, h16_, nullptr, logits_, rows, s.n_embd, s.n_vocab);
   argmax_rows(logits_, rows, s.n_vocab, next_ids_, stream_);
 }
@@ -574,7 +588,7 @@ void DeviceModel::layer(int l, int batch, int64_t bound) {
 }
 
 void DeviceModel::sample(int batch, const SampleParams& p, const std::vector<double>& u) {
-  if (batch < 0 || batch > max_rows_ || u.size() < size_t(batch))
+  if (batch < 0 || batch > logits_rows_ || u.size() < size_t(batch))
     fail("DeviceModel::sample", "batch " + std::to_string(batch) + " with " + std::to_string(u.size()) + " uniforms");
   check_cuda(cudaMemcpyAsync(uniforms_, u.data(), size_t(batch) * sizeof(double), cudaMemcpyHostToDevice, stream_),
              "uploading uniforms");
@@ -583,6 +597,9 @@ void DeviceModel::sample(int batch, const SampleParams& p, const std::vector<dou
 }
 
 std::vector<float> DeviceModel::download_logits(int batch) const {
+  if (batch < 0 || batch > logits_rows_)
+    fail("DeviceModel::download_logits", std::to_string(batch) + " rows (the buffer holds " +
+                                             std::to_string(logits_rows_) + ")");
   std::vector<float> out(size_t(batch) * size_t(shape_.n_vocab));
   check_cuda(cudaMemcpyAsync(out.data(), logits_, out.size() * 4, cudaMemcpyDeviceToHost, stream_), "download logits");
   check_cuda(cudaStreamSynchronize(stream_), "download logits");

@@ -95,7 +95,8 @@ class DeviceModel {
   // Replaces next_ids() rows [0, batch) by ids drawn from the logits with the chain of
   // sampling.h (u: one uniform in [0, 1) per row, from the caller's seeded RNG).
   void sample(int batch, const SampleParams& p, const std::vector<double>& u);
-  // Copies (synchronizing the stream).
+  // Copies (synchronizing the stream); at most max(max_seqs, min(prefill_chunk,
+  // prefill_logits_rows)) rows.
   std::vector<float> download_logits(int batch) const;
   std::vector<int32_t> download_next_ids(int batch) const;
 
@@ -125,6 +126,8 @@ class DeviceModel {
   void ensure_prefill_scratch(int64_t hist_end);
   // The kernels of one launch over `rows` rows (capturable); logits of rows ≥ logits_from.
   void run_step(int rows, int64_t bound, int logits_from);
+  // Logits of rows [from, to) (at most logits_rows_) into logits_, greedy ids beside them.
+  void compute_logits(int from, int to);
   void layer(int l, int batch, int64_t max_len);
 
   struct Matrix {
@@ -157,6 +160,10 @@ class DeviceModel {
   // staging: ids, positions, lengths after the step, history ends, demotion ranges.
   int max_seqs_ = 0, prefill_chunk_ = 0;
   int max_rows_ = 0;  // rows of the activation buffers: max(max_seqs, prefill_chunk)
+  // Rows of the logits buffer, max(max_seqs, min(prefill_chunk, prefill_logits_rows)): a
+  // prefill's logits come in slices of this many (1024 rows would take 0.6 GB at a 152K
+  // vocabulary).
+  int logits_rows_ = 0;
   bool prefill_launch_ = false;  // run_step's rows are one slot's consecutive tokens: prefill_attention
   int32_t *d_inputs_ = nullptr, *h_inputs_ = nullptr;  // pinned
   int32_t *ids_, *pos_, *seq_len_, *hist_end_, *demote_from_, *demote_to_, *bad_id_;
