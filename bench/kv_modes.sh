@@ -4,7 +4,7 @@
 # element at the evaluated length. Writes a Markdown table and JSON rows.
 #   bench/kv_modes.sh CTX CHUNKS OUT_PREFIX [MODEL] [ROTATIONS]
 # OSCAR_KV_MODES overrides the list ("int4+k-bias-split" / "int2-oscar+no-k-bias-split" /
-# "int2-oscar+no-k-mean" add that flag; "int2-oscar@DIR" uses the rotations in DIR, e.g. ones from `oscar rotations
+# "int2-oscar+no-k-mean" / "int2-oscar+k-scale" add that flag; "int2-oscar@DIR" uses the rotations in DIR, e.g. ones from `oscar rotations
 # tune`, and is labelled with DIR's name); the BF16 base run is stored once per model, ctx
 # and chunk count under $OSCAR_CACHE/kld/ and reused.
 set -euo pipefail
@@ -49,6 +49,7 @@ for kv in $modes; do
         *+no-k-bias-split) extra+=(--no-k-bias-split) base_kv="${base_kv%+no-k-bias-split}" ;;
         *+k-bias-split) extra+=(--k-bias-split) base_kv="${base_kv%+k-bias-split}" ;;
         *+no-k-mean) extra+=(--no-k-mean) base_kv="${base_kv%+no-k-mean}" ;;
+        *+k-scale) extra+=(--k-scale) base_kv="${base_kv%+k-scale}" ;;
         *) break ;;
       esac
     done

@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "oscar/calib/key_scale.h"
 #include "oscar/core/error.h"
 #include "oscar/eval/kv_search.h"
+#include "oscar/ops/rope.h"
 
 namespace oscar::cli {
 
@@ -13,7 +17,98 @@ double mean(const std::vector<double>& xs) {
   for (double x : xs) s += x;
   return xs.empty() ? 0.0 : s / double(xs.size());
 }
+// Per layer: the query covariances per KV head and Σ (k − RoPE(b_k, p) − m)² per channel,
+// over forward calls that each start at position 0.
+class KeyScaleObserver : public ForwardObserver {
+ public:
+  KeyScaleObserver(const Transformer& t, const KvSpec& base, const RotationSet& rs) : t_(t), rope_(rope_freqs(t.config())) {
+    const ModelConfig& c = t.config();
+    for (int l = 0; l < c.n_layers; ++l) {
+      acc_.emplace_back(c.n_heads, c.n_kv_heads, c.head_dim);
+      k_sq_.emplace_back(size_t(c.n_kv_heads) * size_t(c.head_dim), 0.0);
+      const float* m = layer_key_mean(base, &rs, l, c.n_kv_heads, c.head_dim);
+      mean_.emplace_back(m ? std::vector<float>(m, m + int64_t(c.n_kv_heads) * c.head_dim) : std::vector<float>());
+      split_.push_back(base.k_bias_split && !t.weights().layers[size_t(l)].bk.empty());
+    }
+    bias_rows_.resize(size_t(c.n_layers));
+  }
+  void on_attention_inputs(int layer, int64_t n, const float* q, const float* k, const float*) override {
+    const ModelConfig& c = t_.config();
+    const int64_t kvd = int64_t(c.n_kv_heads) * c.head_dim;
+    acc_[size_t(layer)].add_pass1(q, nullptr, nullptr, n);
+    std::vector<float>& rows = bias_rows_[size_t(layer)];
+    if (split_[size_t(layer)] && int64_t(rows.size()) < n * kvd)
+      append_rope_rows(rope_, t_.weights().layers[size_t(layer)].bk.data(), c.n_kv_heads, c.head_dim,
+                       int64_t(rows.size()) / kvd, n, rows);
+    const std::vector<float>& m = mean_[size_t(layer)];
+    std::vector<double>& sq = k_sq_[size_t(layer)];
+    for (int64_t i = 0; i < n * kvd; ++i) {
+      const double x = double(k[i]) - (rows.empty() ? 0.0 : rows[size_t(i)]) - (m.empty() ? 0.0 : m[size_t(i % kvd)]);
+      sq[size_t(i % kvd)] += x * x;
+    }
+  }
+  const CovarianceAccumulator& queries(int l) const { return acc_[size_t(l)]; }
+  const std::vector<double>& key_squares(int l) const { return k_sq_[size_t(l)]; }
+
+ private:
+  const Transformer& t_;
+  RopeFreqs rope_;
+  std::vector<CovarianceAccumulator> acc_;
+  std::vector<std::vector<double>> k_sq_;      // per layer [n_kv·d]
+  std::vector<std::vector<float>> mean_;       // per layer [n_kv·d] or empty
+  std::vector<bool> split_;                    // per layer: RoPE(b_k, p) is not stored
+  std::vector<std::vector<float>> bias_rows_;  // per layer [positions, n_kv, d] RoPE(b_k, p)
+};
+
 }  // namespace
+
+nlohmann::json fit_key_scales(LoadedModel& m, const std::vector<int32_t>& ids, int64_t n, int64_t per_prompt,
+                              const KvSpec& base, RotationSet& rs) {
+  const ModelConfig& c = m.transformer->config();
+  const auto [k_src, k_comp] = split_objective(rs.k_objective);
+  if (k_src != "qqt")
+    fail("--k-scale refits R_K on the scaled queries (a qqt_* K objective); these rotations' K objective is '{}'",
+         rs.k_objective);
+  n = std::min<int64_t>(n, int64_t(ids.size()));
+  per_prompt = std::min(per_prompt, n);
+  const int64_t prompts = per_prompt > 0 ? n / per_prompt : 0;
+  if (prompts < 1 || per_prompt < 2) fail("--k-scale: {} calibration tokens are too few", n);
+  const auto t0 = std::chrono::steady_clock::now();
+  KeyScaleObserver obs(*m.transformer, base, rs);
+  m.transformer->set_observer(&obs);
+  {
+    KvCache cache = m.transformer->make_cache(per_prompt);
+    const SeqId seq = cache.add_sequence();
+    std::vector<float> logits;
+    for (int64_t p = 0; p < prompts; ++p) {
+      cache.clear_sequence(seq);
+      m.transformer->forward(cache, seq, std::span<const int32_t>(ids.data() + p * per_prompt, size_t(per_prompt)),
+                             LogitsFor::last, logits);
+      fmt::print(stderr, "\rk-scale: {}/{} prompts of {} tokens, {:.1f} s", p + 1, prompts, per_prompt, seconds_since(t0));
+    }
+    fmt::print(stderr, "\n");
+  }
+  m.transformer->set_observer(nullptr);
+  nlohmann::json layers = nlohmann::json::array();
+  std::vector<double> gains;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const CovarianceAccumulator& acc = obs.queries(l);
+    KeyScaleFit f = key_scale_from_moments(obs.key_squares(l), query_channel_moments(acc), c.n_kv_heads, c.head_dim);
+    const FittedRotation fr = fit_rotation(scaled_query_covariance(acc, f.scale), k_comp);
+    LayerRotation& lr = rs.layers[size_t(l)];
+    lr.k_scale = std::move(f.scale);
+    lr.k_rotation = fr.rotation;
+    lr.k_eigenvalues = fr.eigenvalues;
+    auto [lo, hi] = std::minmax_element(lr.k_scale.begin(), lr.k_scale.end());
+    layers.push_back({{"layer", l}, {"predicted_gain", f.predicted_gain}, {"scale_min", *lo}, {"scale_max", *hi}});
+    gains.push_back(f.predicted_gain);
+  }
+  fmt::print(stderr, "k-scale: fitted on {} tokens; predicted gain {:.3f} (mean over layers), R_K refitted ({:.1f} s)\n",
+             prompts * per_prompt, mean(gains), seconds_since(t0));
+  return {{"tokens", prompts * per_prompt}, {"prompts", prompts}, {"tokens_per_prompt", per_prompt},
+          {"k_composition", k_comp}, {"mean_predicted_gain", mean(gains)}, {"layers", layers},
+          {"seconds", seconds_since(t0)}};
+}
 
 void add_tune_options(CLI::App& cmd, TuneOptions& o, bool clip_default) {
   o.clip_search_default = clip_default;

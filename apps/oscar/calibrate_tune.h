@@ -49,4 +49,13 @@ void add_rotations_tune_command(CLI::App& rotations);
 nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, int64_t probe_from, const KvSpec& base,
                               const TuneOptions& o, RotationSet& rs);
 
+// --k-scale: runs the model over ids[0, n) in prompts of per_prompt tokens (each from
+// position 0) and, per layer, fits the per-channel key scale from the keys as the cache
+// stores them under `base` (less RoPE(b_k, p) under --k-bias-split and rs's k_mean under
+// --k-mean) and the queries, then refits R_K on the scaled queries with rs's K composition
+// (the K objective must be qqt_*). Writes k_scale, k_rotation and k_eigenvalues into rs; the
+// clips must be searched again afterwards. Returns what was fitted, for the manifest.
+nlohmann::json fit_key_scales(LoadedModel& m, const std::vector<int32_t>& ids, int64_t n, int64_t per_prompt,
+                              const KvSpec& base, RotationSet& rs);
+
 }  // namespace oscar::cli

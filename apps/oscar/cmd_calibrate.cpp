@@ -86,12 +86,13 @@ int calibrate(const CalibrateOptions& o) {
   if (o.prompts <= 0 || o.tokens < o.prompts) fail("--tokens {} must be at least --prompts {}", o.tokens, o.prompts);
   // Flags first: fail before the slow part. The default-on clip search only tunes OSCAR types.
   TuneOptions tune = o.tune;
-  if (tune.requested()) tune_base_spec(o.model, o.group, o.sink, o.recent, o.group);
+  if (tune.requested() || o.model.k_scale) tune_base_spec(o.model, o.group, o.sink, o.recent, o.group);
   else if (tune.any() && KvSpec::parse(tune_base_kv(o.model)).rotation != KvRotation::calibrated)
     tune.clip_search_default = false;
   ModelOptions mo = o.model;
   mo.kv = "bf16";  // calibration sees the model's own (unquantized) attention inputs
   mo.kv_layers.reset();
+  mo.k_scale = false;
   mo.k_clip.reset();
   mo.v_clip.reset();
   LoadedModel m = load_model(mo);
@@ -154,9 +155,15 @@ int calibrate(const CalibrateOptions& o) {
     spectra.push_back({{"layer", l}, {"k", fk.eigenvalues}, {"v", fv.eigenvalues}});
   }
   rs.validate();
+  const KvSpec base = tune.any() || o.model.k_scale ? tune_base_spec(o.model, o.group, o.sink, o.recent, c.head_dim)
+                                                    : KvSpec{};
+  nlohmann::json k_scale_fit;
+  if (o.model.k_scale) {  // a second forward pass: the scale needs the centred keys' moments
+    k_scale_fit = fit_key_scales(m, ids, per_prompt * o.prompts, per_prompt, base, rs);
+    rs.validate();
+  }
   nlohmann::json tuned;
   if (tune.any()) {
-    const KvSpec base = tune_base_spec(o.model, o.group, o.sink, o.recent, c.head_dim);
     tuned = tune_rotations(m, ids, per_prompt * o.prompts, base, tune, rs);
     rs.validate();
   }
@@ -169,6 +176,7 @@ int calibrate(const CalibrateOptions& o) {
                           {"eigenvalue_spectra", spectra},
                           {"seconds", seconds_since(t_start)}};
   if (!tuned.is_null()) extra["searches"] = tuned;
+  if (!k_scale_fit.is_null()) extra["k_scale_fit"] = k_scale_fit;
   write_rotation_dir(rs, o.out_dir, extra);
   fmt::print(stderr, "wrote {} layers of rotations ({}, {}) to {} in {:.1f} s\n", c.n_layers, o.k_objective,
              o.v_objective, o.out_dir, seconds_since(t_start));
@@ -190,6 +198,9 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--k-objective", o->k_objective, "key objective: <ktk|qqt|vtv|sst>_<composition>");
   cmd->add_option("--v-objective", o->v_objective, "value objective");
   add_tune_options(*cmd, o->tune, /*clip_default=*/true);
+  cmd->get_option("--k-scale")->description(
+      "also fit a per-channel key scale per layer (one more forward pass over the calibration tokens), refit R_K on "
+      "the scaled queries and search the clips with it (used at run time with --k-scale)");
   cmd->callback([o] { calibrate(*o); });
 }
 

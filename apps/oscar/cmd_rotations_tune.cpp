@@ -16,6 +16,7 @@ struct RotationsTuneOptions {
   ModelOptions model;
   std::string text_file, out_dir;
   std::optional<int64_t> probe_from;
+  int64_t k_scale_tokens = 4000;
   TuneOptions tune;
 };
 
@@ -31,8 +32,10 @@ nlohmann::json kept_manifest(const std::string& rotations) {
   return m;
 }
 
-int tune(const RotationsTuneOptions& o) {
-  if (!o.tune.any()) fail("nothing to tune: give --clip-search and/or --kv-budget BITS");
+int tune(const RotationsTuneOptions& opts) {
+  RotationsTuneOptions o = opts;
+  if (o.model.k_scale) o.tune.clip_search = true;  // the old clips were searched without the scale
+  if (!o.tune.any()) fail("nothing to tune: give --clip-search, --kv-budget BITS and/or --k-scale");
   RotationSet rs = load_rotations(o.model.rotations);
   std::error_code ec;
   if (std::filesystem::equivalent(o.out_dir, o.model.rotations, ec))
@@ -42,6 +45,7 @@ int tune(const RotationsTuneOptions& o) {
   mo.kv = "bf16";  // the searches record the model's own q, k, v
   mo.kv_layers.reset();
   mo.rotations.clear();
+  mo.k_scale = false;
   LoadedModel m = load_model(mo);
   const ModelConfig& c = m.transformer->config();
   if (rs.head_dim != c.head_dim || int(rs.layers.size()) != c.n_layers)
@@ -51,6 +55,10 @@ int tune(const RotationsTuneOptions& o) {
   nlohmann::json extra = kept_manifest(o.model.rotations);
   // Measure after the tokens the rotations were fitted on (the manifest says how many).
   const int64_t from = o.probe_from.value_or(extra.value("tokens", int64_t(0)));
+  if (o.model.k_scale) {  // on the tokens the rotations were fitted on, in their prompt length
+    const int64_t per_prompt = extra.value("tokens_per_prompt", int64_t(500));
+    extra["k_scale_fit"] = fit_key_scales(m, ids, o.k_scale_tokens, per_prompt, base_check, rs);
+  }
   extra["searches"] = tune_rotations(m, ids, from, base_check, o.tune, rs);
   extra["tuned_from"] = o.model.rotations;
   rs.validate();
@@ -69,6 +77,11 @@ void add_rotations_tune_command(CLI::App& rotations) {
   cmd->add_option("-o,--out", o->out_dir, "output rotation directory")->required();
   cmd->add_option("--probe-from", o->probe_from, "first token of the text to measure on (default: after the fitted tokens)");
   add_tune_options(*cmd, o->tune, /*clip_default=*/false);
+  cmd->get_option("--k-scale")->description(
+      "fit a per-channel key scale per layer on the first --k-scale-tokens calibration tokens, refit R_K on the "
+      "scaled queries and search the clips again with it (used at run time with --k-scale)");
+  cmd->add_option("--k-scale-tokens", o->k_scale_tokens, "calibration tokens the key scale is fitted on (default 4000)")
+      ->check(CLI::Range(int64_t(2), int64_t(1) << 30));
   cmd->callback([o] { tune(*o); });
 }
 

@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -44,6 +45,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool with_ctx) {
   cmd.add_flag("--no-k-mean", o.no_k_mean,
                "int2-oscar*: do not subtract the rotations' calibrated key mean before caching keys (on by default "
                "when the rotations carry one; softmax cancels the shift, so it costs nothing at run time)");
+  cmd.add_flag("--k-scale", o.k_scale,
+               "int2-oscar*: divide keys and multiply queries by the rotations' per-channel key scale before R_K "
+               "(opt-in; needs rotations made by `oscar rotations tune --k-scale`)");
   cmd.add_flag("-v,--verbose", o.verbose, "print loading details");
 }
 
@@ -83,6 +87,7 @@ KvSpec kv_spec_from(const ModelOptions& o, int n_layers) {
   if (o.k_bias_split) s.k_bias_split = true;
   if (o.no_k_bias_split) s.k_bias_split = false;
   if (o.no_k_mean) s.k_mean = false;
+  if (o.k_scale) s.k_scale = true;
   apply_clip_flags(o, s.layer_types);
   s.validate();
   return s;
@@ -125,6 +130,10 @@ LoadedModel load_model(const ModelOptions& o) {
   if (apply_calibrated_layer_types(kv, o, rotations ? &*rotations : nullptr, n_layers))
     fmt::print(stderr, "KV per-layer types from the rotations (calibrated for {:.2f} bits): {} (--kv-layers none: uniform)\n",
                rotations->kv_budget_bits, rotations->kv_layers);
+  if (rotations && kv.rotation == KvRotation::calibrated && !kv.k_scale &&
+      std::any_of(rotations->layers.begin(), rotations->layers.end(), [](const LayerRotation& l) { return !l.k_scale.empty(); }))
+    fmt::print(stderr, "note: the rotations carry a per-channel key scale (their R_K was fitted for scaled queries); "
+                       "add --k-scale to use it\n");
   m.transformer = std::make_unique<Transformer>(load_model_weights(*src));
   if (rotations) apply_clip_flags(o, *rotations);
   m.transformer->configure_kv(kv, rotations ? &*rotations : nullptr);

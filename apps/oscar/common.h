@@ -31,6 +31,7 @@ struct ModelOptions {
   std::optional<float> k_clip, v_clip;
   bool k_bias_split = false, no_k_bias_split = false;  // override the type's default (on for int2-oscar*)
   bool no_k_mean = false;                              // int2-oscar*: keep the keys uncentred
+  bool k_scale = false;                                // int2-oscar*: the rotations' per-channel key scale
   bool verbose = false;
   std::string device = "cpu";  // --device cpu|cuda (run, ppl, niah and bench take cuda)
 };

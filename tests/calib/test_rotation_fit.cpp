@@ -120,7 +120,7 @@ TEST(RotationFit, EveryCompositionIsOrthogonal) {
       RotationSet set;
       set.head_dim = d;
       set.group_size = 64;
-      set.layers.push_back({0, f.rotation, f.rotation, f.eigenvalues, f.eigenvalues, 0.96f, 0.92f, {}});
+      set.layers.push_back({0, f.rotation, f.rotation, f.eigenvalues, f.eigenvalues, 0.96f, 0.92f, {}, {}});
       EXPECT_NO_THROW(set.validate()) << c;
     }
   }

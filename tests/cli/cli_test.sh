@@ -140,6 +140,17 @@ if [[ -f "$OSCAR_MODEL" ]]; then
     "$bin" rotations tune -m "$OSCAR_MODEL" --rotations "$tmp/rot" -f "$txt" -o "$tmp/rot_clip" --clip-search \
     --probe-tokens 512 --probe-queries 32
   check "tuned clips are kept in the manifest" 0 '"clip_search"' cat "$tmp/rot_clip/manifest.json"
+  check "rotations tune --k-scale" 0 "k-scale: fitted on 128 tokens" \
+    "$bin" rotations tune -m "$OSCAR_MODEL" --rotations "$tmp/rot" -f "$txt" -o "$tmp/rot_kscale" --k-scale \
+    --k-scale-tokens 128 --probe-tokens 512 --probe-queries 32
+  check "rotations tune --k-scale writes a scale per layer and searches clips" 0 "" \
+    python3 -c "import json,sys; m=json.load(open('$tmp/rot_kscale/manifest.json')); sys.exit(0 if all(len(l['k_scale'])==192 for l in m['layers']) and 'clip_search' in m['searches'] else 1)"
+  check "--k-scale is reported" 0 "KV int2-oscar\+k-scale$" \
+    "$bin" ppl -m "$OSCAR_MODEL" -f "$txt" -c 64 --chunks 1 --kv int2-oscar --rotations "$tmp/rot_kscale" --k-scale
+  check "a set with scales notes --k-scale" 0 "add --k-scale to use it" \
+    "$bin" ppl -m "$OSCAR_MODEL" -f "$txt" -c 64 --chunks 1 --kv int2-oscar --rotations "$tmp/rot_kscale"
+  check "--k-scale on a set without scales" nonzero "carry no per-channel key scale" \
+    "$bin" ppl -m "$OSCAR_MODEL" -f "$txt" -c 64 --chunks 1 --kv int2-oscar --rotations "$tmp/rot" --k-scale
   check "rotations tune with nothing to tune" nonzero "nothing to tune" \
     "$bin" rotations tune -m "$OSCAR_MODEL" --rotations "$tmp/rot" -f "$txt" -o "$tmp/rot_x"
   check "rotations tune onto its input" nonzero "must differ" \

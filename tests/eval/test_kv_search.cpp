@@ -87,6 +87,30 @@ TEST(KvSearch, KeyMeanIsMeasured) {
   EXPECT_EQ(probe.layer(off, &meaned, 1).error, probe.layer(on, &f.rs, 1).error);
 }
 
+TEST(KvSearch, KeyScaleIsMeasuredAndExactInF32) {
+  // Under --k-scale the probe quantizes (k − m) ⊘ s against queries q ⊙ s, as the model does;
+  // with an f32 cache that changes nothing (one layer of cached_attention, ≤ 1e-5).
+  Fixture f;
+  const KvErrorProbe probe(f.model, f.rec, kTokens, kQueries);
+  RotationSet scaled = f.rs;
+  for (LayerRotation& l : scaled.layers) l.k_scale = test::random_vector(2 * kDim, 80 + uint64_t(l.layer), 0.25f, 4.0f);
+  KvSpec on = spec("int2-oscar"), off = spec("int2-oscar");
+  on.k_scale = true;
+  EXPECT_NE(probe.layer(on, &scaled, 1).error, probe.layer(off, &scaled, 1).error);
+  EXPECT_EQ(probe.layer(off, &scaled, 1).error, probe.layer(off, &f.rs, 1).error);
+
+  const ModelConfig& c = f.model.config();
+  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim};
+  const KvSpec f32 = KvSpec::parse("f32");
+  const std::vector<float> mean = test::random_vector(2 * kDim, 81, -3.0f, 3.0f);
+  LayerKvFormat plain{f32, nullptr, nullptr, nullptr, 1}, with = plain;
+  with.k_mean = mean.data();
+  with.k_scale = scaled.layers[1].k_scale.data();
+  const std::vector<float> a = cached_attention(shape, f.rec.layer(1), kTokens, kQueries, plain).out;
+  const std::vector<float> b = cached_attention(shape, f.rec.layer(1), kTokens, kQueries, with).out;
+  EXPECT_LE(test::max_rel_error(b.data(), a.data(), a.size()), 1e-5);
+}
+
 TEST(KvSearch, ClipSearchNeverHurtsAndIsReproducible) {
   Fixture f;
   const KvErrorProbe probe(f.model, f.rec, kTokens, kQueries);

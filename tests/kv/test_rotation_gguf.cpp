@@ -69,6 +69,18 @@ TEST(RotationGguf, EmbedAndReadBack) {
   ASSERT_TRUE(meaned.has_value());
   EXPECT_TRUE(meaned->layers[0].k_mean.empty());
   EXPECT_EQ(meaned->layers[1].k_mean, rs.layers[1].k_mean);
+  // Key scales (--k-scale) likewise.
+  rs.layers[0].k_scale.assign(32, 0.0f);
+  for (size_t i = 0; i < 32; ++i) rs.layers[0].k_scale[i] = 0.5f + float(i) * 0.125f;
+  embed_rotations(model, rs, (dir / "scale.gguf").string());
+  const auto scaled = read_embedded_rotations(gguf::GgufFile::open((dir / "scale.gguf").string()));
+  ASSERT_TRUE(scaled.has_value());
+  EXPECT_EQ(scaled->layers[0].k_scale, rs.layers[0].k_scale);
+  EXPECT_TRUE(scaled->layers[1].k_scale.empty());
+  EXPECT_EQ(scaled->layers[1].k_mean, rs.layers[1].k_mean);
+  rs.layers[0].k_scale[3] = 0.0f;  // not > 0: refused before anything is written
+  EXPECT_THROW(embed_rotations(model, rs, (dir / "bad_scale.gguf").string()), Error);
+  rs.layers[0].k_scale.clear();
   rs.layers[1].k_mean.clear();
   rs.kv_layers = "2:int4";  // layer 2 of a 2-layer set
   EXPECT_THROW(embed_rotations(model, rs, (dir / "bad.gguf").string()), Error);

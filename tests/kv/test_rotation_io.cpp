@@ -210,6 +210,45 @@ TEST(RotationIo, KeyMeansRoundTripAndBadOnesAreRefused) {
   }
 }
 
+TEST(RotationIo, KeyScalesRoundTripAndBadOnesAreRefusedNamingTheLayer) {
+  TempDir t("k_scale");
+  RotationSet rs = sample_set(16, 3);
+  rs.layers[1].k_scale.assign(32, 0.0f);  // two KV heads of 16
+  for (size_t i = 0; i < 32; ++i) rs.layers[1].k_scale[i] = 0.25f + 0.11f * float(i);
+  write_rotation_dir(rs, t.path.string());
+  const RotationSet back = read_rotation_dir(t.path.string());
+  EXPECT_EQ(back.layers[1].k_scale, rs.layers[1].k_scale);
+  EXPECT_TRUE(back.layers[0].k_scale.empty());  // optional per layer
+
+  auto refused = [&](std::vector<float> bad, const char* what) {
+    RotationSet r = rs;
+    r.layers[2].k_scale = std::move(bad);
+    try {
+      r.validate();
+      ADD_FAILURE() << "expected an error for " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("layer 2 k_scale"), std::string::npos) << e.what();
+    }
+  };
+  refused(std::vector<float>(20, 1.0f), "a size not a multiple of head_dim");
+  refused(std::vector<float>(16, 0.0f), "zero");
+  refused(std::vector<float>(16, -1.0f), "negative");
+  refused(std::vector<float>(16, NAN), "NaN");
+  refused(std::vector<float>(16, INFINITY), "inf");
+
+  std::ifstream in(t.path / "manifest.json");
+  auto m = nlohmann::json::parse(in);
+  in.close();
+  m["layers"][0]["k_scale"] = std::vector<float>(16, -2.0f);
+  std::ofstream(t.path / "manifest.json") << m.dump();
+  try {
+    read_rotation_dir(t.path.string());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 0 k_scale"), std::string::npos) << e.what();
+  }
+}
+
 TEST(RotationIo, PerLayerKvTypesRoundTripAndBadOnesAreRefused) {
   TempDir t("kv_layers");
   RotationSet rs = sample_set(16, 3);

@@ -237,3 +237,75 @@ TEST(KMean, ChangesWhatIsQuantizedAndIsCheckedAgainstTheModel) {
 
 }  // namespace
 }  // namespace oscar
+
+namespace oscar {
+namespace {
+
+// --k-scale: keys of a calibrated layer are divided by s and its queries multiplied by it
+// (before R_K, after the key mean), the mean and the bias rows divided too, so q·k is exact:
+// with an f32 cache the logits stay (≤ 1e-4 relative, prefill and decode); with INT2 history
+// what is quantized changes; a scale of the wrong size, and the flag on a set without
+// scales, are refused by name.
+RotationSet with_key_scales(RotationSet rs, int n_kv, uint64_t seed) {
+  for (LayerRotation& l : rs.layers) l.k_scale = test::random_vector(size_t(n_kv * rs.head_dim), seed++, 0.2f, 4.0f);
+  rs.validate();
+  return rs;
+}
+
+TEST(KScale, ExactCacheUnchanged) {
+  const RotationSet plain_rs = random_rotations(2, 16, false, 63);
+  const RotationSet scaled_rs = with_key_scales(with_key_means(plain_rs, 2, 92), 2, 120);
+  for (bool bias : {false, true}) {
+    SCOPED_TRACE(bias ? "qwen2 bias, split" : "llama");
+    KvSpec spec = f32_spec(KvRotation::calibrated);
+    spec.k_bias_split = bias;
+    spec.k_mean = true;
+    KvSpec scaled_spec = spec;
+    scaled_spec.k_scale = true;
+    Transformer plain(tiny_model(bias, 14)), scaled(tiny_model(bias, 14));
+    plain.configure_kv(spec, &plain_rs);
+    scaled.configure_kv(scaled_spec, &scaled_rs);
+    EXPECT_TRUE(plain.key_scale(0).empty());
+    ASSERT_EQ(scaled.key_scale(1), scaled_rs.layers[1].k_scale);
+    const std::vector<float> ref = run_logits(plain), got = run_logits(scaled);
+    ASSERT_EQ(got.size(), ref.size());
+    EXPECT_LE(test::max_rel_error(got.data(), ref.data(), ref.size()), 1e-4);
+  }
+}
+
+TEST(KScale, ChangesWhatIsQuantizedAndIsCheckedAgainstTheModel) {
+  const RotationSet plain_rs = with_key_means(random_rotations(2, 16, false, 64), 2, 93);
+  const RotationSet scaled_rs = with_key_scales(plain_rs, 2, 121);
+  KvSpec on = small_window_spec("int2-oscar");
+  on.k_scale = true;
+  const KvSpec off = small_window_spec("int2-oscar");
+  EXPECT_NE(on.name().find("+k-scale"), std::string::npos) << on.name();
+  Transformer a(tiny_model(true, 15)), b(tiny_model(true, 15)), c(tiny_model(true, 15));
+  a.configure_kv(on, &scaled_rs);
+  b.configure_kv(off, &scaled_rs);
+  c.configure_kv(off, &plain_rs);
+  EXPECT_TRUE(b.key_scale(0).empty());
+  const auto la = run_logits(a), lb = run_logits(b), lc = run_logits(c);
+  EXPECT_GT(test::max_rel_error(la.data(), lb.data(), lb.size()), 1e-3);
+  EXPECT_EQ(lb, lc);  // without the flag the scales are ignored
+
+  auto refused = [&](const KvSpec& spec, const RotationSet* rs, const char* what) {
+    Transformer d(tiny_model(false, 15));
+    try {
+      d.configure_kv(spec, rs);
+      ADD_FAILURE() << "expected an error naming " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  RotationSet bad = scaled_rs;
+  bad.layers[1].k_scale.assign(16, 1.5f);  // one KV head's worth; the model has two
+  refused(on, &bad, "layer 1 k_scale");
+  refused(on, &plain_rs, "--k-scale");  // no scale in the set: the flag would do nothing
+  KvSpec int4 = small_window_spec("int4");
+  int4.k_scale = true;
+  refused(int4, nullptr, "--k-scale needs an OSCAR KV type");
+}
+
+}  // namespace
+}  // namespace oscar

@@ -66,6 +66,8 @@ cuda::KvFormat device_kv_format(const Transformer& t) {
   if (spec.dtype != KvDtype::bf16) fail("--device cuda: the KV cache must be bf16 (not {})", spec.mode);
   if (spec.k_bias_split && c.qkv_bias)
     fail("--device cuda: --k-bias-split is not supported by the CUDA cache yet (add --no-k-bias-split)");
+  // The prologue subtracts one shift after R_K but has no per-channel scale of q and k yet.
+  if (spec.k_scale) fail("--k-scale is not supported on --device cuda yet");
   cuda::KvFormat f;
   f.sink = spec.sink;
   f.window = spec.recent;

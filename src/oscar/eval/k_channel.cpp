@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "oscar/calib/key_scale.h"
 #include "oscar/calib/rotation_fit.h"
 #include "oscar/core/error.h"
 #include "oscar/kv/history_formats.h"
@@ -23,19 +24,6 @@ double KChannelResult::mean_error() const {
   for (double e : layer_error) s += e;
   return layer_error.empty() ? 0.0 : s / double(layer_error.size());
 }
-
-namespace {
-
-// q [n, n_heads, d] ⊙ s, each query head scaled by its KV head's s ([n_kv, d]).
-void scale_queries(std::vector<float>& q, int64_t n, const AttentionShape& s, std::span<const float> scale) {
-  const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
-  const int64_t qd = int64_t(s.n_heads) * d;
-  for (int64_t p = 0; p < n; ++p)
-    for (int h = 0; h < s.n_heads; ++h)
-      for (int c = 0; c < d; ++c) q[size_t(p * qd + int64_t(h) * d + c)] *= scale[size_t((h / group) * d + c)];
-}
-
-}  // namespace
 
 KChannelTransform fit_k_channel_transform(const KChannelVariant& v, const LayerQkv& calib, int64_t n,
                                           const AttentionShape& s, const RopeFreqs& rope, std::span<const float> bias) {
@@ -84,31 +72,14 @@ KChannelTransform fit_k_channel_transform(const KChannelVariant& v, const LayerQ
         qq[size_t((h / group) * d + c)] += q * q / group;
       }
   }
-  double gain = 0.0;
-  std::vector<float> scale(size_t(kvd), 1.0f);
-  for (int h = 0; h < nkv; ++h) {
-    double sq = 0.0, sk = 0.0, cross = 0.0, log_sum = 0.0;
-    for (int c = 0; c < d; ++c) sq += qq[size_t(h * d + c)], sk += kk[size_t(h * d + c)];
-    // A floor of 1e-6 of the mean keeps a dead channel from an infinite scale.
-    const double q_floor = 1e-6 * sq / d + 1e-30, k_floor = 1e-6 * sk / d + 1e-30;
-    for (int c = 0; c < d; ++c) {
-      const double Q = std::max(qq[size_t(h * d + c)], q_floor), K = std::max(kk[size_t(h * d + c)], k_floor);
-      cross += std::sqrt(Q * K);
-      const double sc = std::pow(K / Q, 0.25);
-      scale[size_t(h * d + c)] = float(sc);
-      log_sum += std::log(sc);
-    }
-    gain += cross * cross / (sq * sk + 1e-300) / nkv;
-    const double norm = std::exp(-log_sum / d);  // geometric mean 1: only the shape matters
-    for (int c = 0; c < d; ++c) scale[size_t(h * d + c)] = float(scale[size_t(h * d + c)] * norm);
-  }
-  t.predicted_gain = gain;
-  if (v.scale) t.scale = std::move(scale);
+  KeyScaleFit fit = key_scale_from_moments(kk, qq, nkv, d);
+  t.predicted_gain = fit.predicted_gain;
+  if (v.scale) t.scale = std::move(fit.scale);
 
   if (v.refit || v.scale) {  // R_K from the queries the cache will see: q̃ = q ⊙ s
     CovarianceAccumulator acc(s.n_heads, nkv, d);
     std::vector<float> q(calib.q.begin(), calib.q.begin() + n * qd);
-    if (!t.scale.empty()) scale_queries(q, n, s, t.scale);
+    if (!t.scale.empty()) scale_query_rows(t.scale.data(), s.n_heads, nkv, d, q.data(), n);
     acc.add_pass1(q.data(), nullptr, nullptr, n);
     t.k_rotation = fit_rotation(acc.objective("qqt"), "r_h_pbr").rotation;
   }
@@ -132,7 +103,7 @@ TransformedQkv apply_k_channel_transform(const KChannelTransform& t, const Layer
     r.qkv.k[size_t(i)] /= t.scale[size_t(i % kvd)];
     if (!r.split_rows.empty()) r.split_rows[size_t(i)] /= t.scale[size_t(i % kvd)];
   }
-  scale_queries(r.qkv.q, n, s, t.scale);
+  scale_query_rows(t.scale.data(), s.n_heads, nkv, d, r.qkv.q.data(), n);
   return r;
 }
 
@@ -142,13 +113,14 @@ namespace {
 // clips as set there) against the f32 output `reference` of the untransformed rows.
 double transformed_error(const Transformer& model, const KvSpec& ls, const RotationSet& rs, int l,
                          const TransformedQkv& x, int64_t n, int64_t n_queries, const std::vector<float>& reference,
-                         const float* k_mean = nullptr) {
+                         const float* k_mean = nullptr, const float* k_scale = nullptr) {
   const ModelConfig& c = model.config();
   const auto [kf, vf] = make_history_formats(ls, model.kv_shape(), &rs);
   const KvRotator rot = KvRotator::for_spec(ls, c.n_layers, c.head_dim, &rs, /*v_absorbed=*/false);
   LayerKvFormat f{ls, &kf[size_t(l)], &vf[size_t(l)], &rot, l};
   if (!x.split_rows.empty()) f.k_bias_rows = x.split_rows.data();
   f.k_mean = k_mean;
+  f.k_scale = k_scale;
   const CachedAttention a = cached_attention(AttentionShape{c.n_heads, c.n_kv_heads, c.head_dim}, x.qkv, n, n_queries, f);
   return relative_l2_error(a.out, reference);
 }
@@ -182,7 +154,8 @@ std::vector<KChannelResult> compare_k_channel_variants(const Transformer& model,
     const KChannelTransform plain = fit_k_channel_transform({}, calib.layer(l), n, shape, rope, bias);
     out[0].layer_error.push_back(transformed_error(model, ls, rs, l, apply_k_channel_transform(plain, eval.layer(l), n, shape, rope),
                                                    n, n_queries, ref_eval,
-                                                   layer_key_mean(spec, &rs, l, c.n_kv_heads, c.head_dim)));
+                                                   layer_key_mean(spec, &rs, l, c.n_kv_heads, c.head_dim),
+                                                   layer_key_scale(spec, &rs, l, c.n_kv_heads, c.head_dim)));
     out[0].k_clip.push_back(rs.layers[size_t(l)].k_clip);
     out[0].predicted_gain.push_back(plain.predicted_gain);
 

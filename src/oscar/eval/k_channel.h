@@ -69,7 +69,8 @@ struct KChannelResult {
 // Every variant of `variants` on every layer of a uniform calibrated `spec`: fitted and
 // its K clip searched over `clip_grid` (V keeps rs's ratio) on `calib`, then measured on
 // `eval` (last n_queries of n_tokens) against an f32 cache. The first row is `spec` with
-// rs exactly as given (no search, no refit; rs's k_mean under spec.k_mean), the method as
+// rs exactly as given (no search, no refit; rs's k_mean under spec.k_mean, its k_scale under
+// spec.k_scale), the method as
 // it ships.
 std::vector<KChannelResult> compare_k_channel_variants(const Transformer& model, const QkvRecorder& calib,
                                                        const QkvRecorder& eval, int64_t n_tokens, int64_t n_queries,

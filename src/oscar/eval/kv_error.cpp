@@ -44,6 +44,10 @@ CachedAttention cached_attention(const AttentionShape& s, const LayerQkv& x, int
   std::vector<float> q(x.q.begin() + q0 * qd, x.q.begin() + n_tokens * qd);
   if (f.k_mean)
     for (int64_t i = 0; i < n_tokens * kvd; ++i) k[size_t(i)] -= f.k_mean[i % kvd];
+  if (f.k_scale) {  // as the model does: (q ⊙ s)·((k − m) ⊘ s) = q·(k − m)
+    scale_query_rows(f.k_scale, s.n_heads, s.n_kv_heads, s.head_dim, q.data(), n_queries);
+    unscale_key_rows(f.k_scale, s.n_kv_heads, s.head_dim, k.data(), n_tokens);
+  }
   const bool rotate = f.rotator && f.rotator->active();
   if (rotate) {
     f.rotator->rotate_k(f.layer, q.data(), n_queries * s.n_heads);
@@ -53,6 +57,7 @@ CachedAttention cached_attention(const AttentionShape& s, const LayerQkv& x, int
   std::vector<float> key_add;
   if (f.k_bias_rows) {  // as the model does: store k − b(p), add b(p) back in attention
     key_add.assign(f.k_bias_rows, f.k_bias_rows + n_tokens * kvd);
+    if (f.k_scale) unscale_key_rows(f.k_scale, s.n_kv_heads, s.head_dim, key_add.data(), n_tokens);
     if (rotate) f.rotator->rotate_k(f.layer, key_add.data(), n_tokens * s.n_kv_heads);
     for (size_t i = 0; i < key_add.size(); ++i) k[i] -= key_add[i];
   }
@@ -101,6 +106,7 @@ KvErrorProbe::LayerResult KvErrorProbe::layer(const KvSpec& spec, const Rotation
   const std::vector<float>& bias = bias_rows_[size_t(l)];
   if (spec.k_bias_split && !bias.empty()) f.k_bias_rows = bias.data();
   f.k_mean = layer_key_mean(spec, calibrated ? rs : nullptr, l, c.n_kv_heads, c.head_dim);
+  f.k_scale = layer_key_scale(spec, calibrated ? rs : nullptr, l, c.n_kv_heads, c.head_dim);
   const CachedAttention a = cached_attention(shape_, rec_.layer(l), n_, queries_, f);
   const double history_bits = ls.quantized() ? (kf[size_t(l)].bits_per_element() + vf[size_t(l)].bits_per_element()) / 2
                                              : 8.0 * ls.fp_bytes_per_element();

@@ -51,6 +51,9 @@ struct LayerKvFormat {
   // --k-mean: [n_kv_heads, d] (unrotated) subtracted from every key before it is cached;
   // null: off.
   const float* k_mean = nullptr;
+  // --k-scale: [n_kv_heads, d] (unrotated) keys divided by it, queries multiplied by it before
+  // the rotation (k_mean and k_bias_rows are then divided by it too); null: off.
+  const float* k_scale = nullptr;
 };
 
 struct CachedAttention {

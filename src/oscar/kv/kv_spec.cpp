@@ -124,6 +124,7 @@ std::string KvSpec::name() const {
   if (k_bias_split != default_split) s += k_bias_split ? "+k-bias-split" : "+no-k-bias-split";
   // The key mean belongs to calibrated rotations: other types (or layers) never use it.
   if (rotation == KvRotation::calibrated && k_mean != default_split) s += k_mean ? "+k-mean" : "+no-k-mean";
+  if (rotation == KvRotation::calibrated && k_scale) s += "+k-scale";
   return s;
 }
 

@@ -71,6 +71,9 @@ struct KvSpec {
   // Calibrated layers subtract their rotation set's post-RoPE key mean from every key
   // before caching it (softmax cancels the shift exactly; LayerRotation::k_mean).
   bool k_mean = false;
+  // Calibrated layers whose rotation set carries a per-channel key scale s (LayerRotation::
+  // k_scale) store (k ⊘ s)·R_K and attend with (q ⊙ s)·R_K: q·k unchanged (--k-scale, opt-in).
+  bool k_scale = false;
   KvRotation rotation = KvRotation::none;
   std::vector<KvLayerType> layer_types;  // --kv-layers overrides (disjoint, sorted); empty: uniform
 

@@ -34,6 +34,14 @@ std::vector<float> read_matrix(const gguf::GgufFile& f, const std::string& name,
     fail("{}: tensor '{}' must be F32 [{}, {}]", f.path(), name, d, d);
   return f.dequantize(t);
 }
+// Optional per-layer per-channel vector oscar.<what>.<l> (k_mean, k_scale), F32 [d, n_kv_heads].
+std::vector<float> read_per_channel(const gguf::GgufFile& f, const char* what, int l, int d) {
+  const gguf::TensorInfo* t = f.find_tensor(fmt::format("oscar.{}.{}", what, l));
+  if (!t) return {};
+  if (t->type != GgmlType::f32 || t->ne.size() != 2 || t->ne[0] != uint64_t(d) || t->ne[1] == 0 || t->ne[1] > 1024)
+    fail("{}: tensor 'oscar.{}.{}' must be F32 [{}, n_kv_heads]", f.path(), what, l, d);
+  return f.dequantize(*t);
+}
 }  // namespace
 
 void embed_rotations(const gguf::GgufFile& model, const RotationSet& rs, const std::string& out_path) {
@@ -68,6 +76,9 @@ void embed_rotations(const gguf::GgufFile& model, const RotationSet& rs, const s
     if (!l.k_mean.empty())
       w.add_tensor(fmt::format("oscar.k_mean.{}", l.layer), GgmlType::f32, {uint64_t(d), uint64_t(l.k_mean.size()) / uint64_t(d)},
                    bytes_of(l.k_mean));
+    if (!l.k_scale.empty())
+      w.add_tensor(fmt::format("oscar.k_scale.{}", l.layer), GgmlType::f32,
+                   {uint64_t(d), uint64_t(l.k_scale.size()) / uint64_t(d)}, bytes_of(l.k_scale));
   }
   w.set("oscar.k_clip", f32_array(kc));
   w.set("oscar.v_clip", f32_array(vc));
@@ -101,11 +112,8 @@ std::optional<RotationSet> read_embedded_rotations(const gguf::GgufFile& f) {
     lr.v_rotation = read_matrix(f, fmt::format("oscar.rot_v.{}", l), int(d));
     lr.k_clip = float(kc[size_t(l)]);
     lr.v_clip = float(vc[size_t(l)]);
-    if (const gguf::TensorInfo* t = f.find_tensor(fmt::format("oscar.k_mean.{}", l))) {
-      if (t->type != GgmlType::f32 || t->ne.size() != 2 || t->ne[0] != uint64_t(d) || t->ne[1] == 0 || t->ne[1] > 1024)
-        fail("{}: tensor 'oscar.k_mean.{}' must be F32 [{}, n_kv_heads]", f.path(), l, d);
-      lr.k_mean = f.dequantize(*t);
-    }
+    lr.k_mean = read_per_channel(f, "k_mean", l, int(d));
+    lr.k_scale = read_per_channel(f, "k_scale", l, int(d));
     rs.layers.push_back(std::move(lr));
   }
   rs.kv_layers = f.get_string("oscar.kv_layers", "");

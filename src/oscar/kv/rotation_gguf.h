@@ -1,7 +1,8 @@
 // OSCAR rotations inside a GGUF model file: per layer F32 tensors oscar.rot_k.N and
 // oscar.rot_v.N ([d, d], row-major, k' = k·R) plus oscar.* metadata (group, windows,
 // objectives, per-layer clip ratios, optional oscar.kv_layers / oscar.kv_budget_bits), and
-// optional oscar.k_mean.N ([d, n_kv_heads] F32, --k-mean), so one file carries the model
+// optional oscar.k_mean.N and oscar.k_scale.N ([d, n_kv_heads] F32, --k-mean, --k-scale), so
+// one file carries the model
 // and its KV format.
 #pragma once
 #include <optional>

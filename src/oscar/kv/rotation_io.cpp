@@ -162,6 +162,7 @@ void write_rotation_dir(const RotationSet& rs, const std::string& dir, const nlo
   for (const LayerRotation& l : rs.layers) {
     nlohmann::json e = {{"layer", l.layer}, {"k_clip", l.k_clip}, {"v_clip", l.v_clip}};
     if (!l.k_mean.empty()) e["k_mean"] = l.k_mean;
+    if (!l.k_scale.empty()) e["k_scale"] = l.k_scale;
     layers.push_back(std::move(e));
   }
   m["layers"] = std::move(layers);
@@ -274,6 +275,7 @@ RotationSet read_rotation_dir(const std::string& dir_str) {
       rs.layers[static_cast<size_t>(l)].k_clip = manifest_get<float>(e, "k_clip", default_k_clip, ms);
       rs.layers[static_cast<size_t>(l)].v_clip = manifest_get<float>(e, "v_clip", default_v_clip, ms);
       rs.layers[static_cast<size_t>(l)].k_mean = manifest_get<std::vector<float>>(e, "k_mean", {}, ms);
+      rs.layers[static_cast<size_t>(l)].k_scale = manifest_get<std::vector<float>>(e, "k_scale", {}, ms);
     }
   }
   rs.kv_layers = manifest_get<std::string>(m, "kv_layers", "", ms);

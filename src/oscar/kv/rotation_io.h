@@ -6,7 +6,7 @@
 // manifest.json with what the .pt files have no place for:
 //   {"format": "oscar-rotations", "version": 1, "head_dim", "group_size", "sink_tokens",
 //    "recent_tokens", "k_objective", "v_objective", "source_grouping", "k_file",
-//    "v_file", "n_layers", "layers": [{"layer", "k_clip", "v_clip", optional "k_mean"}, ...],
+//    "v_file", "n_layers", "layers": [{"layer", "k_clip", "v_clip", optional "k_mean", "k_scale"}, ...],
 //    optional "kv_layers" and "kv_budget_bits" (per-layer KV types, --kv-budget), ...extra}
 // Directories from RotationZoo itself have no manifest; then the reader uses the
 // spec's defaults: clip K 0.96, V 0.92, group min(128, d), sink 64, recent 256.

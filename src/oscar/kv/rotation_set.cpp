@@ -88,6 +88,10 @@ void RotationSet::validate() const {
       fail("rotation set: layer {} k_mean has {} values, not a multiple of head_dim {}", l.layer, l.k_mean.size(), d);
     for (float x : l.k_mean)
       if (!std::isfinite(x)) fail("rotation set: layer {} k_mean has a non-finite value", l.layer);
+    if (l.k_scale.size() % size_t(d) != 0)
+      fail("rotation set: layer {} k_scale has {} values, not a multiple of head_dim {}", l.layer, l.k_scale.size(), d);
+    for (float x : l.k_scale)
+      if (!(std::isfinite(x) && x > 0.0f)) fail("rotation set: layer {} k_scale has a value {} that is not finite and > 0", l.layer, x);
   }
   if (!kv_layers.empty()) {
     try {

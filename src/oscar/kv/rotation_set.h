@@ -21,6 +21,11 @@ struct LayerRotation {
   // constant shift of all keys moves each query's scores by one constant, which softmax
   // cancels, so nothing is added back. Empty: none.
   std::vector<float> k_mean;
+  // [n_kv_heads · d] a per-channel post-RoPE key scale s > 0 (unrotated basis, --k-scale): the
+  // cache stores ((k − m) ⊘ s)·R_K and queries become (q ⊙ s)·R_K (a KV head's query group
+  // shares its s), so q·k is unchanged; R_K is then fitted on the scaled queries' statistics.
+  // Empty: none.
+  std::vector<float> k_scale;
 };
 
 struct RotationSet {
@@ -39,7 +44,7 @@ struct RotationSet {
 
   // Throws oscar::Error naming the layer/field when shapes or values are inconsistent
   // (d a power of two divisible by 4, G | d, matrices d×d, clips in [0, 1], k_mean a
-  // finite multiple of d long).
+  // finite multiple of d long, k_scale likewise and > 0).
   void validate() const;
 };
 

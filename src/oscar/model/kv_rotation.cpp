@@ -139,4 +139,41 @@ const float* layer_key_mean(const KvSpec& spec, const RotationSet* rs, int l, in
   return m.data();
 }
 
+const float* layer_key_scale(const KvSpec& spec, const RotationSet* rs, int l, int n_kv_heads, int head_dim) {
+  if (!rs || !spec.k_scale || spec.layer_rotation(l) != KvRotation::calibrated) return nullptr;
+  const std::vector<float>& s = rs->layers[size_t(l)].k_scale;
+  if (s.empty()) return nullptr;
+  if (int64_t(s.size()) != int64_t(n_kv_heads) * head_dim)
+    fail("rotations: layer {} k_scale has {} values, the model needs n_kv_heads·head_dim = {}", l, s.size(),
+         int64_t(n_kv_heads) * head_dim);
+  return s.data();
+}
+
+void check_key_scale_available(const KvSpec& spec, const RotationSet* rs, int n_layers) {
+  if (!spec.k_scale) return;
+  if (!spec.uses_rotation(KvRotation::calibrated, n_layers))
+    fail("--k-scale needs an OSCAR KV type (int2-oscar*), not '{}'", spec.name());
+  if (rs)
+    for (int l = 0; l < n_layers && l < int(rs->layers.size()); ++l)
+      if (spec.layer_rotation(l) == KvRotation::calibrated && !rs->layers[size_t(l)].k_scale.empty()) return;
+  fail("--k-scale: the rotations carry no per-channel key scale for any calibrated layer of '{}' (make one with "
+       "`oscar rotations tune --k-scale`)", spec.name());
+}
+
+void scale_query_rows(const float* s, int n_heads, int n_kv_heads, int head_dim, float* q, int64_t n_rows) {
+  const int group = n_heads / n_kv_heads;
+  for (int64_t t = 0; t < n_rows; ++t)
+    for (int h = 0; h < n_heads; ++h) {
+      float* x = q + (t * n_heads + h) * head_dim;
+      const float* sh = s + int64_t(h / group) * head_dim;
+      for (int c = 0; c < head_dim; ++c) x[c] *= sh[c];
+    }
+}
+
+void unscale_key_rows(const float* s, int n_kv_heads, int head_dim, float* k, int64_t n_rows) {
+  const int64_t kvd = int64_t(n_kv_heads) * head_dim;
+  for (int64_t t = 0; t < n_rows; ++t)
+    for (int64_t i = 0; i < kvd; ++i) k[t * kvd + i] /= s[i];
+}
+
 }  // namespace oscar

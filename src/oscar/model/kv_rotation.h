@@ -16,6 +16,19 @@ namespace oscar {
 // unrotated) when spec.k_mean is on, the layer is calibrated and the set carries one;
 // else null. Throws oscar::Error naming the layer when the mean has the wrong size.
 const float* layer_key_mean(const KvSpec& spec, const RotationSet* rs, int l, int n_kv_heads, int head_dim);
+// What layer l divides every key by (and multiplies every query by) under --k-scale: rs's
+// k_scale ([n_kv_heads·head_dim], unrotated) when spec.k_scale is on, the layer is calibrated
+// and the set carries one; else null. Throws oscar::Error naming the layer on a wrong size.
+const float* layer_key_scale(const KvSpec& spec, const RotationSet* rs, int l, int n_kv_heads, int head_dim);
+// Throws oscar::Error when spec.k_scale is on but no calibrated layer of rs carries a k_scale
+// (the flag would silently do nothing).
+void check_key_scale_available(const KvSpec& spec, const RotationSet* rs, int n_layers);
+
+// --k-scale, in the unrotated basis before R_K. s: [n_kv_heads, d].
+// q [n_rows, n_heads, d] ← q ⊙ s, query head h taking KV head h / (n_heads / n_kv_heads)'s row.
+void scale_query_rows(const float* s, int n_heads, int n_kv_heads, int head_dim, float* q, int64_t n_rows);
+// k [n_rows, n_kv_heads, d] ← k ⊘ s.
+void unscale_key_rows(const float* s, int n_kv_heads, int head_dim, float* k, int64_t n_rows);
 
 class KvRotator {
  public:

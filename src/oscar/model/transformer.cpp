@@ -13,7 +13,8 @@
 namespace oscar {
 
 Transformer::Transformer(ModelWeights weights)
-    : w_(std::move(weights)), rope_(rope_freqs(w_.config)), key_shift_(size_t(w_.config.n_layers)) {}
+    : w_(std::move(weights)), rope_(rope_freqs(w_.config)), key_shift_(size_t(w_.config.n_layers)),
+      key_scale_(size_t(w_.config.n_layers)) {}
 
 KvShape Transformer::kv_shape() const {
   return KvShape{config().n_layers, config().n_kv_heads, config().head_dim};
@@ -43,15 +44,26 @@ void Transformer::configure_kv(const KvSpec& spec, const RotationSet* rotations,
   }
   const RotationSet* rs = !calibrated ? nullptr : masked ? &*masked : rotations;
   KvRotator rotator = KvRotator::for_spec(spec, c.n_layers, c.head_dim, rs, absorb_v);  // checks before absorbing
+  check_key_scale_available(spec, rs, c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {  // size checks, also before absorbing
+    layer_key_mean(spec, rs, l, c.n_kv_heads, c.head_dim);
+    layer_key_scale(spec, rs, l, c.n_kv_heads, c.head_dim);
+  }
   if (rs && absorb_v) absorb_v_rotation(w_, *rs);
   rotation_ = std::move(rotator);
   kv_spec_ = spec;
   key_shift_.assign(size_t(c.n_layers), {});
-  for (int l = 0; l < c.n_layers; ++l)
+  key_scale_.assign(size_t(c.n_layers), {});
+  const int64_t kvd = int64_t(c.n_kv_heads) * c.head_dim;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const float* s = layer_key_scale(spec, rs, l, c.n_kv_heads, c.head_dim);
+    if (s) key_scale_[size_t(l)].assign(s, s + kvd);
     if (const float* m = layer_key_mean(spec, rs, l, c.n_kv_heads, c.head_dim)) {
-      key_shift_[size_t(l)].assign(m, m + int64_t(c.n_kv_heads) * c.head_dim);
+      key_shift_[size_t(l)].assign(m, m + kvd);  // (m ⊘ s)·R_K: the shift of the stored key
+      if (s) unscale_key_rows(s, c.n_kv_heads, c.head_dim, key_shift_[size_t(l)].data(), 1);
       rotation_.rotate_k(l, key_shift_[size_t(l)].data(), c.n_kv_heads);
     }
+  }
   if (spec.quantized()) {
     auto [kf, vf] = make_history_formats(spec, kv_shape(), rs);
     k_formats_ = std::move(kf);
@@ -127,6 +139,11 @@ void Transformer::attention_block(KvCache& cache, SeqId seq, int layer, int64_t 
     rope_apply(rope_, kt, c.n_kv_heads, int(hd), pos0 + t);
   }
   if (observer_) observer_->on_attention_inputs(layer, n, q_.data(), k_.data(), v_.data());
+  if (const std::vector<float>& s = key_scale_[size_t(layer)]; !s.empty()) {
+    // (q ⊙ s)·(k ⊘ s) = q·k: the cache quantizes the rescaled key (--k-scale).
+    scale_query_rows(s.data(), c.n_heads, c.n_kv_heads, int(hd), q_.data(), n);
+    unscale_key_rows(s.data(), c.n_kv_heads, int(hd), k_.data(), n);
+  }
   if (rotation_.active()) {
     rotation_.rotate_k(layer, q_.data(), n * c.n_heads);  // q·R_K keeps scores: (qR)(kR)ᵀ = qkᵀ
     rotation_.rotate_k(layer, k_.data(), n * c.n_kv_heads);
@@ -166,6 +183,9 @@ const float* Transformer::key_bias_rows(int layer, int64_t n_positions) {
   const int64_t have = int64_t(rows.size()) / kvd;
   if (have >= n_positions) return rows.data();
   append_rope_rows(rope_, bk.data(), c.n_kv_heads, c.head_dim, have, n_positions, rows);
+  // Under --k-scale the query is q ⊙ s, so the row it meets is RoPE(b_k, p) ⊘ s.
+  if (const std::vector<float>& s = key_scale_[size_t(layer)]; !s.empty())
+    unscale_key_rows(s.data(), c.n_kv_heads, c.head_dim, rows.data() + have * kvd, n_positions - have);
   if (rotation_.active()) rotation_.rotate_k(layer, rows.data() + have * kvd, (n_positions - have) * c.n_kv_heads);
   return rows.data();
 }

@@ -46,6 +46,10 @@ class Transformer {
   // [n_kv_heads · head_dim] what every key of `layer` has subtracted before it is cached, in
   // the cache's (rotated) basis: the rotations' k_mean under --k-mean; empty: nothing.
   const std::vector<float>& key_shift(int layer) const { return key_shift_[size_t(layer)]; }
+  // [n_kv_heads · head_dim] the per-channel scale s of --k-scale (unrotated basis): keys are
+  // divided by it and queries multiplied by it before R_K; empty: none. Under it key_shift
+  // and the --k-bias-split rows are divided by s as well, so q·k stays exact.
+  const std::vector<float>& key_scale(int layer) const { return key_scale_[size_t(layer)]; }
   // A cache in the configured format for `capacity_tokens` tokens.
   KvCache make_cache(int64_t capacity_tokens) const;
   void set_observer(ForwardObserver* obs) { observer_ = obs; }
@@ -73,6 +77,7 @@ class Transformer {
   // in the cache's basis; filled only for layers that split the bias off.
   std::vector<std::vector<float>> key_bias_;
   std::vector<std::vector<float>> key_shift_;  // per layer, see key_shift()
+  std::vector<std::vector<float>> key_scale_;  // per layer, see key_scale()
   // Scratch, sized for the largest batch seen so far.
   std::vector<float> x_, h_, q_, k_, v_, att_, proj_, gate_, up_;
 };
