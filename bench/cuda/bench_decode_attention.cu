@@ -22,7 +22,8 @@
 
 namespace {
 
-constexpr int kHeads = 32, kKvHeads = 8, kDim = 128, kGroup = 128, kSink = 64, kWindow = 256, kPage = 16;
+constexpr int kHeads = 32, kKvHeads = 8, kDim = 128, kGroup = 128, kSink = 64, kWindow = 256, kPage = oscar::cuda::kDecodeFpBlockTokens;
+constexpr int kHistPage = oscar::cuda::kDecodeHistBlockTokens;
 
 struct Row {
   int batch = 0, seq = 0;
@@ -48,7 +49,7 @@ Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, void* flush, 
   const int hist_end = kv.bits == 0 ? std::min(kSink, seq) : kSink + std::max(0, seq - kSink - kWindow);
   const int n_hist = hist_end - std::min(kSink, seq), n_fp = seq - n_hist;
   const int pages_per_seq = (seq + kPage - 1) / kPage;
-  const int hist_pages_per_seq = (n_hist + kPage - 1) / kPage;
+  const int hist_pages_per_seq = (n_hist + kHistPage - 1) / kHistPage;
   const size_t row_bytes = kv.bits == 0 ? 0 : oscar::cuda::decode_quant_row_bytes(kDim, kv.bits, kGroup);
 
   // Page tables: fp pages only where a token is sink or recent.
@@ -72,7 +73,7 @@ Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, void* flush, 
   std::shuffle(hist_blocks.begin(), hist_blocks.end(), rng);
 
   const size_t fp_pool = size_t(n_fp_blocks) * kKvHeads * kPage * kDim * 2;
-  const size_t hist_pool = size_t(n_hist_blocks) * kKvHeads * kPage * row_bytes;
+  const size_t hist_pool = size_t(n_hist_blocks) * kKvHeads * kHistPage * row_bytes;
   oscar::cuda::DecodeAttentionParams p;
   p.batch = batch;
   p.n_heads = kHeads;

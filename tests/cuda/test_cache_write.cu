@@ -15,11 +15,13 @@
 
 #include "cuda_test_util.h"
 #include "oscar/cuda/cache_write.h"
+#include "oscar/cuda/decode_attention.h"
 
 namespace {
 
 using namespace oscar_cuda_test;
-constexpr int kPage = 16;
+constexpr int kPage = oscar::cuda::kDecodeFpBlockTokens;       // tokens per fp page
+constexpr int kHistPage = oscar::cuda::kDecodeHistBlockTokens;  // rows per history page
 constexpr uint16_t kBf16Poison = 0x7fc0;
 constexpr uint8_t kQuantPoison = 0x7e;
 
@@ -144,7 +146,7 @@ long demote_diff(const DemoteCase& c, uint32_t seed, long* rows_out, float host_
   const RowFormat fmt{c.d, c.bits, c.group};
   const int row_bytes = fmt.row_bytes();
   const int max_len = *std::max_element(c.to.begin(), c.to.end());
-  const int fp_stride = max_len / kPage + 2, hist_stride = fp_stride;
+  const int fp_stride = max_len / kPage + 2, hist_stride = max_len / kHistPage + 2;
   // Pages for every token (fp) and every history row (hist), shuffled, with spare pages.
   const int n_fp = B * fp_stride + 2, n_hist = B * hist_stride + 2;
   const std::vector<int32_t> fp_ids = shuffled_ids(n_fp, rng), hist_ids = shuffled_ids(n_hist, rng);
@@ -152,7 +154,7 @@ long demote_diff(const DemoteCase& c, uint32_t seed, long* rows_out, float host_
   int next_fp = 0, next_hist = 0;
   for (int b = 0; b < B; ++b) {
     for (int pg = 0; pg * kPage < c.to[size_t(b)]; ++pg) fp_tab[size_t(b) * fp_stride + size_t(pg)] = fp_ids[size_t(next_fp++)];
-    for (int pg = 0; c.sink + pg * kPage < c.to[size_t(b)]; ++pg)
+    for (int pg = 0; c.sink + pg * kHistPage < c.to[size_t(b)]; ++pg)
       hist_tab[size_t(b) * hist_stride + size_t(pg)] = hist_ids[size_t(next_hist++)];
   }
   const size_t fp_pool = size_t(n_fp) * c.n_kv * kPage * c.d;
@@ -165,7 +167,7 @@ long demote_diff(const DemoteCase& c, uint32_t seed, long* rows_out, float host_
           fk[i] = f32_to_bf16(row_value(c.special, t, x, rng));
           fv[i] = f32_to_bf16(row_value(c.special, t + 3, x, rng));
         }
-  const size_t page_bytes = size_t(kPage) * row_bytes, hist_pool = size_t(n_hist) * c.n_kv * page_bytes;
+  const size_t page_bytes = size_t(kHistPage) * row_bytes, hist_pool = size_t(n_hist) * c.n_kv * page_bytes;
   const std::vector<uint8_t> poison(hist_pool, kQuantPoison);
   DeviceBuffer dfk = DeviceBuffer::from(fk), dfv = DeviceBuffer::from(fv), dft = DeviceBuffer::from(fp_tab),
                dht = DeviceBuffer::from(hist_tab), dhk = DeviceBuffer::from(poison), dhv = DeviceBuffer::from(poison),
@@ -200,8 +202,8 @@ long demote_diff(const DemoteCase& c, uint32_t seed, long* rows_out, float host_
     for (int t = c.from[size_t(b)]; t < c.to[size_t(b)]; ++t, ++rows)
       for (int h = 0; h < c.n_kv; ++h) {
         const int r = t - c.sink;
-        const size_t dst = (size_t(hist_tab[size_t(b) * hist_stride + size_t(r / kPage)]) * c.n_kv + h) * page_bytes +
-                           size_t(r % kPage) * row_bytes;
+        const size_t dst = (size_t(hist_tab[size_t(b) * hist_stride + size_t(r / kHistPage)]) * c.n_kv + h) * page_bytes +
+                           size_t(r % kHistPage) * row_bytes;
         for (int kv = 0; kv < 2; ++kv) {
           const std::vector<uint16_t>& src = kv == 0 ? fk : fv;
           const size_t s0 = ((size_t(fp_tab[size_t(b) * fp_stride + size_t(t / kPage)]) * c.n_kv + h) * kPage + t % kPage) * c.d;

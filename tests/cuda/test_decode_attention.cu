@@ -37,7 +37,8 @@ struct Case {
   bool split() const { return tensor_cores && (bits == 2 || bits == 4) && group_size == d; }
 };
 
-constexpr int kPage = 16;
+constexpr int kPage = oscar::cuda::kDecodeFpBlockTokens;       // tokens per fp page
+constexpr int kHistPage = oscar::cuda::kDecodeHistBlockTokens;  // rows per history page
 constexpr uint16_t kBf16Poison = 0x7fc0;  // NaN: a row the kernel must not read
 constexpr uint8_t kQuantPoison = 0x7e;    // every fp16 made of it is NaN (scale and zero)
 
@@ -57,7 +58,7 @@ struct HostCache {
     return c.bits == 0 ? hist_begin(b) : std::min(std::max(hist_end[size_t(b)], hist_begin(b)), c.lens[size_t(b)]);
   }
   bool in_history(int b, int t) const { return t >= hist_begin(b) && t < hist_stop(b); }
-  size_t page_bytes() const { return size_t(kPage) * size_t(fmt.row_bytes()); }
+  size_t page_bytes() const { return size_t(kHistPage) * size_t(fmt.row_bytes()); }
 };
 
 HostCache build_cache(const Case& c, uint32_t seed) {
@@ -71,7 +72,7 @@ HostCache build_cache(const Case& c, uint32_t seed) {
   const int B = int(c.lens.size());
   const int max_len = *std::max_element(c.lens.begin(), c.lens.end());
   h.fp_stride = (max_len + kPage - 1) / kPage + 2;  // spare −1 entries past the end
-  h.hist_stride = h.fp_stride;
+  h.hist_stride = (max_len + kHistPage - 1) / kHistPage + 2;
   h.hist_end.resize(size_t(B));
   for (int b = 0; b < B; ++b)  // T = 1 demotion: h(t) = S + max(0, t − S − W)
     h.hist_end[size_t(b)] = c.sink + std::max(0, c.lens[size_t(b)] - c.sink - c.window);
@@ -88,7 +89,7 @@ HostCache build_cache(const Case& c, uint32_t seed) {
       for (int x = p * kPage; x < std::min(t, p * kPage + kPage); ++x) fp = fp || !h.in_history(b, x);
       if (fp) fp_need.emplace_back(b, p);
     }
-    for (int p = 0; h.hist_begin(b) + p * kPage < h.hist_stop(b); ++p) hist_need.emplace_back(b, p);
+    for (int p = 0; h.hist_begin(b) + p * kHistPage < h.hist_stop(b); ++p) hist_need.emplace_back(b, p);
   }
   const int n_fp_blocks = int(fp_need.size()) + 3, n_hist_blocks = int(hist_need.size()) + 3;
   std::vector<int> fp_ids(static_cast<size_t>(n_fp_blocks)), hist_ids(static_cast<size_t>(n_hist_blocks));
@@ -121,9 +122,9 @@ HostCache build_cache(const Case& c, uint32_t seed) {
           v[size_t(i)] = normal(rng);
         }
         if (h.in_history(b, t)) {
-          const int page = h.hist_blocks[size_t(b) * h.hist_stride + size_t((t - c.sink) / kPage)];
+          const int page = h.hist_blocks[size_t(b) * h.hist_stride + size_t((t - c.sink) / kHistPage)];
           const size_t off = (size_t(page) * c.n_kv + kvh) * h.page_bytes() +
-                             size_t((t - c.sink) % kPage) * size_t(h.fmt.row_bytes());
+                             size_t((t - c.sink) % kHistPage) * size_t(h.fmt.row_bytes());
           quantize_row(h.fmt, k.data(), h.hist_k.data() + off);
           quantize_row(h.fmt, v.data(), h.hist_v.data() + off);
         } else {
@@ -148,10 +149,10 @@ HostCache build_cache(const Case& c, uint32_t seed) {
 void read_row(const HostCache& h, bool key, int b, int kvh, int t, float* x) {
   const Case& c = h.c;
   if (h.in_history(b, t)) {
-    const int page = h.hist_blocks[size_t(b) * h.hist_stride + size_t((t - c.sink) / kPage)];
+    const int page = h.hist_blocks[size_t(b) * h.hist_stride + size_t((t - c.sink) / kHistPage)];
     if (page < 0) throw std::logic_error("test bug: history row without a page");
     const size_t off =
-        (size_t(page) * c.n_kv + kvh) * h.page_bytes() + size_t((t - c.sink) % kPage) * size_t(h.fmt.row_bytes());
+        (size_t(page) * c.n_kv + kvh) * h.page_bytes() + size_t((t - c.sink) % kHistPage) * size_t(h.fmt.row_bytes());
     dequantize_row(h.fmt, (key ? h.hist_k : h.hist_v).data() + off, x);
   } else {
     const int page = h.fp_blocks[size_t(b) * h.fp_stride + size_t(t / kPage)];
@@ -365,8 +366,8 @@ void run_self_checks(const Case& c, uint32_t seed) {
     }
   }
   HostCache bad = h;
-  const int page = h.hist_blocks[size_t(b) * h.hist_stride + size_t((best - c.sink) / kPage)];
-  bad.hist_v[(size_t(page) * c.n_kv + kvh) * h.page_bytes() + size_t((best - c.sink) % kPage) * h.fmt.row_bytes()] ^= 0xff;
+  const int page = h.hist_blocks[size_t(b) * h.hist_stride + size_t((best - c.sink) / kHistPage)];
+  bad.hist_v[(size_t(page) * c.n_kv + kvh) * h.page_bytes() + size_t((best - c.sink) % kHistPage) * h.fmt.row_bytes()] ^= 0xff;
   const Reference ref_bad = reference(bad, c.lens);
   const std::vector<float> gpu_bad = run_gpu(bad, c.lens);
   double predicted = 0.0;

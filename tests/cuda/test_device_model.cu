@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "oscar/cuda/decode_attention.h"
 #include "oscar/cuda/device_model.h"
 
 namespace {
@@ -526,7 +527,7 @@ double row_rel_l2(const float* got, const float* want, int d) {
 
 CacheTally compare_cache(const oc::DeviceModel& m, const Reference& ref, const oc::KvFormat& kv) {
   const oc::DeviceKvCache& c = m.cache();
-  const int d = kHeadDim, n_kv = kKvHeads, page = 16;
+  const int d = kHeadDim, n_kv = kKvHeads, page = oc::kDecodeFpBlockTokens, hpage = oc::kDecodeHistBlockTokens;
   const int fs = c.fp_stride(), hs = c.hist_stride();
   std::vector<int32_t> fp_tab(size_t(c.max_seqs()) * size_t(std::max(fs, 0)));
   std::vector<int32_t> hist_tab(size_t(c.max_seqs()) * size_t(std::max(hs, 0)));
@@ -560,14 +561,14 @@ CacheTally compare_cache(const oc::DeviceModel& m, const Reference& ref, const o
                                       std::to_string(hd);
             if (bits > 0 && j >= kv.sink && j < h) {
               const int64_t row = j - kv.sink;
-              const int32_t pg = row / page < hs ? hist_tab[size_t(slot) * size_t(hs) + size_t(row / page)] : -1;
+              const int32_t pg = row / hpage < hs ? hist_tab[size_t(slot) * size_t(hs) + size_t(row / hpage)] : -1;
               if (pg < 0) {
                 bad(where + ": no history page");
                 continue;
               }
               const uint8_t* pool = kvi == 0 ? c.hist_k(l) : c.hist_v(l);
               CHECK_CUDA(cudaMemcpy(dev.data(),
-                                    pool + ((size_t(pg) * n_kv + size_t(hd)) * page + size_t(row % page)) * rb, rb,
+                                    pool + ((size_t(pg) * n_kv + size_t(hd)) * hpage + size_t(row % hpage)) * rb, rb,
                                     cudaMemcpyDeviceToHost));
               quantize_row(fmt, w, want.data(), kvi == 0 ? kv.k_clip[size_t(l)] : kv.v_clip[size_t(l)]);
               ++r.hist_rows;
@@ -844,8 +845,10 @@ void run_refusal_checks(uint32_t seed) {
                std::to_string(len) + ", then \"" + r.second + "\"" + (made.empty() ? "" : " [threw: " + made + "]"));
   };
   full_case("fp pool of 1 page (BF16)", bf16, oc::KvCacheLimits{1, 64, 1, 0}, 16);
-  // S 16, W 32: the token at position 64 demotes history row 32, the first of a second page.
-  full_case("history pool of 1 page (INT2, S 16, W 32)", int2, oc::KvCacheLimits{1, 100, 0, 1}, 64);
+  // S 16, W 32: the token at position 112 demotes history row 80 = S + 64, the first of a
+  // second 64-row page.
+  static_assert(oc::kDecodeHistBlockTokens == 64, "the expected step count assumes 64-row history pages");
+  full_case("history pool of 1 page (INT2, S 16, W 32)", int2, oc::KvCacheLimits{1, 200, 0, 1}, 112);
   full_case("sequence at max_seq_len 20", bf16, oc::KvCacheLimits{1, 20, 0, 0}, 20);
 
   {  // Token ids outside [0, V), alone and beside a valid one; a second add_sequence with one slot.

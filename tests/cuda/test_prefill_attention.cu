@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_test_util.h"
+#include "oscar/cuda/decode_attention.h"
 #include "oscar/cuda/prefill_attention.h"
 
 namespace {
@@ -30,7 +31,8 @@ struct Case {
   int t0, n;  // query tokens t0 .. t0 + n − 1
 };
 
-constexpr int kPage = 16;
+constexpr int kPage = oscar::cuda::kDecodeFpBlockTokens;       // tokens per fp page
+constexpr int kHistPage = oscar::cuda::kDecodeHistBlockTokens;  // rows per history page
 constexpr uint16_t kBf16Poison = 0x7fc0;
 constexpr uint8_t kQuantPoison = 0x7e;  // every fp16 made of it is NaN
 
@@ -44,7 +46,7 @@ struct HostCache {
   std::vector<uint16_t> fp_k, fp_v;
   std::vector<uint8_t> hist_k, hist_v;
   std::vector<float> q;  // [n, n_heads, d]
-  size_t page_bytes() const { return size_t(kPage) * size_t(fmt.row_bytes()); }
+  size_t page_bytes() const { return size_t(kHistPage) * size_t(fmt.row_bytes()); }
 };
 
 // h(t) = S + max(0, t − S − W): the cache's window rule for a sequence of t tokens.
@@ -77,7 +79,7 @@ HostCache build_cache(const Case& c, uint32_t seed) {
   for (int p = 0; p < n_pages; ++p) {
     bool fp = false, hist = false;
     for (int j = p * kPage; j < std::min(h.len, p * kPage + kPage); ++j) fp = fp || h.fp_wanted[size_t(j)];
-    for (int j = c.sink + p * kPage; j < std::min(h.len, c.sink + p * kPage + kPage); ++j)
+    for (int j = c.sink + p * kHistPage; j < std::min(h.len, c.sink + p * kHistPage + kHistPage); ++j)
       hist = hist || h.hist_wanted[size_t(j)];
     if (fp) fp_need.push_back(size_t(p));
     if (hist) hist_need.push_back(size_t(p));
@@ -106,8 +108,8 @@ HostCache build_cache(const Case& c, uint32_t seed) {
         for (int i = 0; i < c.d; ++i) h.fp_k[off + i] = f32_to_bf16(k[size_t(i)]), h.fp_v[off + i] = f32_to_bf16(v[size_t(i)]);
       }
       if (h.hist_wanted[size_t(j)]) {
-        const size_t off = (size_t(h.hist_blocks[size_t((j - c.sink) / kPage)]) * c.n_kv + kvh) * h.page_bytes() +
-                           size_t((j - c.sink) % kPage) * size_t(h.fmt.row_bytes());
+        const size_t off = (size_t(h.hist_blocks[size_t((j - c.sink) / kHistPage)]) * c.n_kv + kvh) * h.page_bytes() +
+                           size_t((j - c.sink) % kHistPage) * size_t(h.fmt.row_bytes());
         quantize_row(h.fmt, k.data(), h.hist_k.data() + off);
         quantize_row(h.fmt, v.data(), h.hist_v.data() + off);
       }
@@ -123,8 +125,8 @@ void read_row(const HostCache& h, bool key, int kvh, int j, int he, std::vector<
   const Case& c = h.c;
   std::vector<float> f(size_t(c.d));
   if (row_reads_history(c, he, j)) {
-    const size_t off = (size_t(h.hist_blocks[size_t((j - c.sink) / kPage)]) * c.n_kv + kvh) * h.page_bytes() +
-                       size_t((j - c.sink) % kPage) * size_t(h.fmt.row_bytes());
+    const size_t off = (size_t(h.hist_blocks[size_t((j - c.sink) / kHistPage)]) * c.n_kv + kvh) * h.page_bytes() +
+                       size_t((j - c.sink) % kHistPage) * size_t(h.fmt.row_bytes());
     dequantize_row(h.fmt, (key ? h.hist_k : h.hist_v).data() + off, f.data());
     for (float& e : f) e = bf16_to_f32(f32_to_bf16(e));
   } else {

@@ -9,12 +9,14 @@
 #include <cmath>
 #include <string>
 
+#include "oscar/cuda/decode_attention.h"
 #include "oscar/cuda/host_checks.h"
 
 namespace oscar::cuda {
 namespace {
 
-constexpr int kPageTokens = 16;  // fp and history pages (docs/kv-layout.md §8)
+constexpr int kPageTokens = kDecodeFpBlockTokens;   // tokens per fp page (docs/kv-layout.md §8)
+constexpr int kHistRows = kDecodeHistBlockTokens;    // rows per history page
 
 // Element x of row·R (R row-major [d, d]), the row staged in shared memory; f32 sums.
 __device__ float rotated(const float* row, const float* R, int d, int x) {
@@ -160,11 +162,11 @@ __global__ void __launch_bounds__(64) demote_kernel(const DemoteParams p) {
     for (int i = 0; i < kVals; ++i) x[i] = 0.0f;
   }
   const int r = t - p.sink;
-  const int hist_page = p.hist_blocks[int64_t(b) * p.hist_blocks_stride + r / kPageTokens];
+  const int hist_page = p.hist_blocks[int64_t(b) * p.hist_blocks_stride + r / kHistRows];
   if (hist_page < 0) return;  // nowhere to write: refused on the host side of a correct caller
   const int row_bytes = kDim * p.bits / 8 + 4 * (kDim / p.group);
   uint8_t* out = (key ? p.hist_k : p.hist_v) +
-                 (int64_t(hist_page) * p.n_kv_heads + kvh) * kPageTokens * row_bytes + (r % kPageTokens) * row_bytes;
+                 (int64_t(hist_page) * p.n_kv_heads + kvh) * kHistRows * row_bytes + (r % kHistRows) * row_bytes;
   quantize_row_warp(x, key ? p.k_clip : p.v_clip, p.bits, p.group, s_codes[warp], out);
 }
 

@@ -49,9 +49,9 @@ struct DemoteParams {
   const uint16_t* fp_v = nullptr;
   const int32_t* fp_blocks = nullptr;
   int fp_blocks_stride = 0;
-  uint8_t* hist_k = nullptr;           // written: [n_hist_blocks, n_kv_heads, 16 · row_bytes]
+  uint8_t* hist_k = nullptr;           // written: [n_hist_blocks, n_kv_heads, 64 · row_bytes]
   uint8_t* hist_v = nullptr;
-  const int32_t* hist_blocks = nullptr;  // [B, stride]: page of history token t at [b][(t − S) / 16]
+  const int32_t* hist_blocks = nullptr;  // [B, stride]: page of history token t at [b][(t − S) / 64]
   int hist_blocks_stride = 0;
 };
 

@@ -79,8 +79,8 @@ struct Geometry {
 };
 
 // A run of keys of one format inside one 64-token page-aligned window: tokens
-// base + [lo, hi). fp windows start at multiples of 64, history windows at S + 64·i, so
-// row r of the window lives in page r / 16 at row r % 16.
+// base + [lo, hi). fp windows start at multiples of 64 (row r in fp page r / 16 at row
+// r % 16), history windows at S + 64·i (one history page).
 struct Tile {
   int base, lo, hi;
   bool hist;
@@ -165,13 +165,14 @@ __device__ void tile_load(const DecodeAttentionParams& p, const Tile& t, int b, 
     }
     return;
   }
-  // History: a page is 16·row_bytes contiguous bytes (a multiple of 16), i.e. row_bytes
-  // 16-byte parts. Copy, per page slot, the parts covering rows [r0, r1) of that page.
+  // History: a page is kSlotRows·row_bytes contiguous bytes (a multiple of 16). Copy, per
+  // page slot of the tile, the 16-byte parts covering rows [r0, r1) of that page.
   constexpr int kSlotRows = kDecodeHistBlockTokens;
-  const int n = (kTile / kSlotRows) * row_bytes;
+  const int page_parts = kSlotRows * row_bytes / 16;
+  const int n = (kTile / kSlotRows) * page_parts;
   const int64_t page_bytes = int64_t(kSlotRows) * row_bytes;
   for (int c = tid; c < n; c += kThreads) {
-    const int slot = c / row_bytes, part = c % row_bytes;
+    const int slot = c / page_parts, part = c % page_parts;
     const int r0 = max(t.lo, slot * kSlotRows) - slot * kSlotRows;
     const int r1 = min(t.hi, slot * kSlotRows + kSlotRows) - slot * kSlotRows;
     if (r0 >= r1 || part < r0 * row_bytes / 16 || part >= (r1 * row_bytes + 15) / 16) continue;
@@ -597,6 +598,7 @@ constexpr int kWindowChunkKeys = 128;
 template <int kDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads) decode_chunk_kernel_fp(const DecodeAttentionParams p, int gb_log2,
                                                                    int n_slots) {
+  grid_dependents_launch();  // the merge may launch once every CTA has started (docs/cuda.md)
   decode_chunk<0, kDim, kMaxGroup>(p, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x, n_slots, false);
 }
 
@@ -604,6 +606,7 @@ __global__ void __launch_bounds__(kThreads) decode_chunk_kernel_fp(const DecodeA
 template <int kBits, int kDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads, hist_ctas_per_sm(kMaxGroup))
     decode_chunk_kernel_hist(const DecodeAttentionParams p, int gb_log2, int n_slots) {
+  grid_dependents_launch();
   decode_chunk<kBits, kDim, kMaxGroup>(p, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x, n_slots, false);
 }
 
@@ -616,6 +619,7 @@ constexpr int split_ctas_per_sm(int max_group) { return max_group <= 4 ? 4 : 3; 
 template <int kBits, int kDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads, split_ctas_per_sm(kMaxGroup))
     decode_split_kernel(const DecodeAttentionParams p, int gb_log2, int n_window_slots, int n_slots) {
+  grid_dependents_launch();
   const int x = blockIdx.x;
   if (x < n_window_slots)
     decode_chunk<kBits, kDim, kMaxGroup>(p, gb_log2, x, kWindowChunkKeys, x, n_slots, true);
@@ -635,6 +639,7 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   using Vec = std::conditional_t<kVec == 4, float4, float2>;
   __shared__ float s_red[kWarpsM];
   __shared__ float s_o[kWarpsM][kDim];
+  grid_dependency_wait();  // the chunk kernel's partials are complete and visible
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int64_t head = int64_t(b) * p.n_heads + h;
   const float2* ml = reinterpret_cast<const float2*>(p.workspace) + head * n_slots;
@@ -777,8 +782,19 @@ void launch(const DecodeAttentionParams& p, cudaStream_t stream) {
       check_cuda(cudaGetLastError(), "decode_chunk_kernel launch");
     }
   }
-  decode_merge_kernel<kDim><<<dim3(unsigned(p.n_heads), unsigned(p.batch)), kMergeThreads, 0, stream>>>(p, n_slots);
-  check_cuda(cudaGetLastError(), "decode_merge_kernel launch");
+  // A programmatic dependent launch: the merge grid is set up while the chunk kernel's last
+  // CTAs run (they signal once their loads are done) and waits for its results in
+  // griddepcontrol.wait, which saves the launch gap (a few µs at B = 1).
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(p.n_heads), unsigned(p.batch));
+  cfg.blockDim = dim3(kMergeThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = n_slots > 0 ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&cfg, decode_merge_kernel<kDim>, p, n_slots), "decode_merge_kernel launch");
 }
 
 template <int kBits, int kDim>
@@ -803,6 +819,7 @@ int split_ctas_per_sm() {
   using Geo = Geometry<kBits, kDim, kMaxGroup>;
   using M = MmaGeometry<kBits, kDim>;
   constexpr size_t kSmem = Geo::kSmemBytes > size_t(M::kSmemBytes) ? Geo::kSmemBytes : size_t(M::kSmemBytes);
+  allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup>>(kSmem);  // else > 48 KB reads as 0 CTAs
   int n = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<kBits, kDim, kMaxGroup>, kThreads, kSmem) !=
       cudaSuccess) {

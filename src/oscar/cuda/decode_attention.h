@@ -14,7 +14,10 @@
 namespace oscar::cuda {
 
 inline constexpr int kDecodeFpBlockTokens = 16;    // tokens per fp page (KvSpec::block_tokens)
-inline constexpr int kDecodeHistBlockTokens = 16;  // rows per history page
+// Rows per history page: 64, so that one step of the tensor-core walk (64 INT2 rows, 32
+// INT4 rows) is one contiguous bulk copy; 16-row pages took four, and the copy engine's
+// per-request cost held the kernel to 0.73 of copy bandwidth (docs/cuda.md).
+inline constexpr int kDecodeHistBlockTokens = 64;
 inline constexpr int kDecodeTileKeys = 64;         // keys staged in shared memory at a time
 inline constexpr int kDecodeMaxGroup = 8;          // query heads per KV head (GQA group)
 
@@ -48,9 +51,9 @@ struct DecodeAttentionParams {
   const int32_t* fp_blocks = nullptr;  // [B, fp_blocks_stride]: page of token t at [b][t / 16]; −1 = released
   int fp_blocks_stride = 0;
 
-  const uint8_t* hist_k = nullptr;   // [n_hist_blocks, n_kv_heads, 16 · row_bytes], rows of §1 back to back
+  const uint8_t* hist_k = nullptr;   // [n_hist_blocks, n_kv_heads, 64 · row_bytes], rows of §1 back to back
   const uint8_t* hist_v = nullptr;
-  const int32_t* hist_blocks = nullptr;  // [B, hist_blocks_stride]: page of history token t at [b][(t − S) / 16]
+  const int32_t* hist_blocks = nullptr;  // [B, hist_blocks_stride]: page of history token t at [b][(t − S) / 64]
   int hist_blocks_stride = 0;
 
   float* workspace = nullptr;  // decode_attention_workspace_bytes(*this) bytes (split-KV partials)

@@ -30,8 +30,9 @@ struct MmaGeometry {
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kCodeBytes = kDim * kBits / 8;  // = P, the parts stride (G = d)
   static constexpr int kRowBytes = kCodeBytes + 4;     // codes, fp16 scale, fp16 zero
-  static constexpr int kPageRows = kDecodeHistBlockTokens;
-  static constexpr int kPageBytes = kPageRows * kRowBytes;  // a multiple of 16
+  static constexpr int kPageRows = kDecodeHistBlockTokens;  // rows of a history page (64)
+  static constexpr int kSlabRows = 16;                       // rows of one MMA tile (m16)
+  static constexpr int kSlabBytes = kSlabRows * kRowBytes;   // a multiple of 16
   static constexpr int kCodesPerByte = 8 / kBits;
   static constexpr uint32_t kPairMask = ((1u << kBits) - 1u) * 0x00010001u;
   static constexpr int kHalf2PerWord = 16 / kBits;  // code pairs k < this at bits k·bits (+16)
@@ -46,23 +47,26 @@ struct MmaGeometry {
   static constexpr int kQkWords = kCodeBytes / 16;
   // PV: it reads bytes [g·P/8, (g+1)·P/8) of rows 2t, 2t+1, 2t+8, 2t+9 as 16-bit halves.
   static constexpr int kPvHalves = kCodeBytes / 16;
-  // Each warp walks its own pages, kPagesPerStep at a time, through kStages buffers.
-  static constexpr int kPagesPerStep = kBits == 2 ? 4 : 2;
+  // Each warp walks its own steps of kSlabsPerStep slabs (64 rows for INT2, 32 for INT4: one
+  // page or half of one, contiguous, so a step's K rows and its V rows are one bulk copy
+  // each) through kStages buffers.
+  static constexpr int kSlabsPerStep = kBits == 2 ? 4 : 2;
+  static constexpr int kStepRows = kSlabsPerStep * kSlabRows;
+  static constexpr int kStepRowBytes = kStepRows * kRowBytes;   // K (or V) bytes of a step
   static constexpr int kStages = kBits == 2 ? 3 : 4;
-  static constexpr int kStepBytes = 2 * kPagesPerStep * kPageBytes;  // K pages, then V pages
+  static constexpr int kStepBytes = 2 * kStepRowBytes;  // K rows, then V rows
   static constexpr int kWarpBytes = kStages * kStepBytes;
   static constexpr int kMaxGroup = 8;  // the n of m16n8k16: query heads of a GQA group
-  // The stage buffers also hold q' [8][d] f32 before the walk (read into registers before
-  // the first copy) and the warps' outputs [warp][head][d] for the merge after it.
+  static constexpr int kIdSteps = 32;  // steps whose page ids a warp loads at once (one per lane)
+  // The stage buffers also hold the warps' outputs [warp][head][d] for the merge after the walk.
   static constexpr int kRedBytes = kWarps * kMaxGroup * kDim * 4;
   static constexpr int kBufBytes = kWarps * kWarpBytes > kRedBytes ? kWarps * kWarpBytes : kRedBytes;
-  static constexpr int kQOff = 0;
-  static constexpr int kHeadOff = kBufBytes;                       // Σq', 1/scale [8] each
-  static constexpr int kWarpStatOff = kHeadOff + 2 * kMaxGroup * 4;  // m, l [warp][8]
+  static constexpr int kWarpStatOff = kBufBytes;  // m, l [warp][8]
   static constexpr int kBarOff = kWarpStatOff + 2 * kWarps * kMaxGroup * 4;  // mbarriers [warp][stage]
   static constexpr int kSmemBytes = kBarOff + kWarps * kStages * 8;
   static_assert(kBarOff % 8 == 0, "mbarriers are 8-byte aligned");
-  static_assert(kPageBytes % 16 == 0 && kStepBytes % 16 == 0, "pages are copied in 16-byte parts");
+  static_assert(kStepRowBytes % 16 == 0, "steps are copied in 16-byte parts");
+  static_assert(kPageRows % kStepRows == 0, "a step lies in one page");
   static_assert(kQkWords >= 1 && kPvHalves >= 1, "a thread's share of a row is at least one word / half");
   static_assert(kQkWords * kHalf2PerWord == 2 * kBlocks, "QK: a thread's codes of a row fill its A fragments");
   static_assert(kPvHalves * kHalf2PerWord == 2 * kBlocks, "PV: a thread's codes of a token pair fill its A fragments");
@@ -117,8 +121,10 @@ __host__ __device__ inline int64_t partial_o_offset(int64_t batch, int64_t n_hea
   return (2 * batch * n_heads * n_slots + 3) / 4 * 4;
 }
 
-// Stands in for a released history page (a correct caller never asks for one): zeros.
-__device__ __align__(16) uint8_t g_zero_page[16 * (128 * 4 / 8 + 4)];
+// Stands in for a released history page (a correct caller never asks for one): zeros, as
+// many as the longest step copies (32 rows of INT4 at d = 128; 64 of INT2).
+__device__ __align__(16) uint8_t g_zero_page[64 * (128 * 2 / 8 + 4) > 32 * (128 * 4 / 8 + 4) ? 64 * (128 * 2 / 8 + 4)
+                                                                                             : 32 * (128 * 4 / 8 + 4)];
 
 // Writes "no keys" (m = −inf, l = 0) for the group's heads; the merge skips such slots.
 __device__ __forceinline__ void write_empty_partial(const DecodeAttentionParams& p, int64_t head0, int group,
@@ -143,48 +149,112 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
   const int r0 = chunk * p.chunk_keys, r1 = min(n_rows, r0 + p.chunk_keys);
   if (r0 >= r1) return write_empty_partial(p, head0, group, slot, n_slots);
 
+  // Warp w takes the chunk's steps w, w + 4, … (step j: rows r0 + j·kStepRows, …) and keeps
+  // its own online-softmax state. Nothing below needs another warp until the end, so the
+  // prologue has no barrier: each warp starts its copies as soon as its page ids arrive and
+  // sets up q while they fly.
+  const int n_chunk_steps = (r1 - r0 + M::kStepRows - 1) / M::kStepRows;
+  const int n_steps = n_chunk_steps > warp ? (n_chunk_steps - warp + M::kWarps - 1) / M::kWarps : 0;
+  const auto step_row = [&](int step) { return r0 + (step * M::kWarps + warp) * M::kStepRows; };
+  uint8_t* wbuf = smem + warp * M::kWarpBytes;
+  const int32_t* pages = p.hist_blocks + int64_t(b) * p.hist_blocks_stride;
+  // Page ids come in blocks of 32 steps, lane i holding the page of step i of the block,
+  // loaded a whole block ahead of their copies: the loads wait in DRAM queues as long as
+  // the copies do, and a step's compute is shorter than that.
+  const auto load_ids = [&](int block) {
+    const int step = block * M::kIdSteps + lane;
+    return step < n_steps ? pages[step_row(step) / M::kPageRows] : -1;
+  };
+  int ids = load_ids(0), ids_next = load_ids(1);
+
   // q' = q·log2(e)/√d·2^-e_h rounded to f16 with max|q'| in [2^14, 2^15), Σq' per head.
-  float* sq = reinterpret_cast<float*>(smem + M::kQOff);
-  float* sqsum = reinterpret_cast<float*>(smem + M::kHeadOff);
-  float* sqinv = sqsum + M::kMaxGroup;
+  // Thread (g, t) holds the dims of head g that its B fragments need (a quarter of the row:
+  // the 4 lanes of a quad hold all of it), loaded now and used after the first copies start.
   const float qscale = 1.4426950408889634f / sqrtf(float(kDim));
-  const float* qb = p.q + head0 * kDim;
-  for (int i = tid; i < M::kMaxGroup * kDim; i += M::kThreads) sq[i] = i / kDim < group ? qb[i] * qscale : 0.0f;
-  __syncthreads();
-  for (int h = warp; h < M::kMaxGroup; h += M::kWarps) {
-    float mx = 0.0f;
-    for (int i = lane; i < kDim; i += 32) mx = fmaxf(mx, fabsf(sq[h * kDim + i]));
-    mx = warp_max(mx);
-    int ex = 0;
-    frexpf(mx, &ex);  // mx < 2^ex
-    const int e = mx > 0.0f ? ex - 15 : 0;  // max|q'| in [2^14, 2^15): f16 headroom for 2^-pos
-    float sum = 0.0f;
-    for (int i = lane; i < kDim; i += 32) {
-      const float r = __half2float(__float2half_rn(ldexpf(sq[h * kDim + i], -e)));
-      sq[h * kDim + i] = r;
-      sum += r;
-    }
-    sum = warp_sum(sum);
-    if (lane == 0) {
-      sqsum[h] = sum;
-      sqinv[h] = ldexpf(1.0f, e);
-    }
+  const float* qg = p.q + (head0 + g) * kDim;
+  float qv[M::kBlocks][2][2];
+#pragma unroll
+  for (int kb = 0; kb < M::kBlocks; ++kb)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) qv[kb][r][hi] = g < group ? qg[qk_dim<M>(t, 2 * kb + r, hi)] : 0.0f;
+
+  // A step's K rows and its V rows are two bulk copies by the TMA unit (lanes 0 and 1); lane 0
+  // first arms the stage's barrier with their bytes, and all lanes wait on its phase. The
+  // whole step is copied even where it runs past the chunk: its page holds those rows (they
+  // may be unwritten, and are masked).
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + M::kBarOff) + warp * M::kStages;
+  if (lane == 0) {
+#pragma unroll
+    for (int s = 0; s < M::kStages; ++s) mbar_init(bars + s, 1);
+    mbar_init_fence();
   }
-  __syncthreads();
-  // B fragments of q' (k = dims in the QK order, n = head g), and this thread's two heads.
+  __syncwarp();
+  // Steps are issued in order, each once; the first of a block moves the id blocks along.
+  const auto issue = [&](int step) {
+    if (step % M::kIdSteps == 0 && step > 0) {
+      ids = ids_next;
+      ids_next = load_ids(step / M::kIdSteps + 1);
+    }
+    const int page = __shfl_sync(0xffffffffu, ids, step % M::kIdSteps);
+    uint8_t* dst = wbuf + (step % M::kStages) * M::kStepBytes;
+    uint64_t* bar = bars + step % M::kStages;
+    if (lane == 0) mbar_arrive_expect(bar, unsigned(M::kStepBytes));
+    if (lane < 2) {
+      const int within = step_row(step) % M::kPageRows;
+      const int64_t off = (int64_t(page) * p.n_kv_heads + kvh) * (M::kPageRows * M::kRowBytes) + within * M::kRowBytes;
+      const uint8_t* src = page >= 0 ? (lane ? p.hist_v : p.hist_k) + off : g_zero_page;
+      bulk_copy_to_smem(dst + lane * M::kStepRowBytes, src, M::kStepRowBytes, bar);
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < M::kStages - 1; ++s)
+    if (s < n_steps) issue(s);
+
+  // The exponent and Σq' of head g: over this thread's dims, then the quad's.
+  float mx = 0.0f;
+#pragma unroll
+  for (int kb = 0; kb < M::kBlocks; ++kb)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        qv[kb][r][hi] *= qscale;
+        mx = fmaxf(mx, fabsf(qv[kb][r][hi]));
+      }
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  int ex = 0;
+  frexpf(mx, &ex);                        // mx < 2^ex
+  const int e = mx > 0.0f ? ex - 15 : 0;  // max|q'| in [2^14, 2^15): f16 headroom for 2^-pos
+  // B fragments of q' (k = dims in the QK order, n = head g); the power of two 2^pos each
+  // A register's codes carry is undone here (exact: q' is f16 already).
   uint32_t qf[M::kBlocks][2];
+  float qsum = 0.0f;
 #pragma unroll
   for (int kb = 0; kb < M::kBlocks; ++kb)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int i = 2 * kb + r;
-      const float undo = ldexpf(1.0f, -M::pos(i % M::kHalf2PerWord));  // exact: q' is f16 already
-      qf[kb][r] = pack_half2(sq[g * kDim + qk_dim<M>(t, i, 0)] * undo, sq[g * kDim + qk_dim<M>(t, i, 1)] * undo);
+      const float undo = ldexpf(1.0f, -M::pos((2 * kb + r) % M::kHalf2PerWord));
+      const float lo = __half2float(__float2half_rn(ldexpf(qv[kb][r][0], -e)));
+      const float hi = __half2float(__float2half_rn(ldexpf(qv[kb][r][1], -e)));
+      qsum += lo + hi;
+      qf[kb][r] = pack_half2(lo * undo, hi * undo);
     }
-  // score = (s·2^24·Σq'c − s·z·Σq')·2^e = (s·Σq'c)·qa − (s·z)·qz per head.
-  const float qa[2] = {sqinv[2 * t] * 16777216.0f, sqinv[2 * t + 1] * 16777216.0f};
-  const float qz[2] = {sqsum[2 * t] * sqinv[2 * t], sqsum[2 * t + 1] * sqinv[2 * t + 1]};
-  __syncthreads();  // q' is in registers everywhere before the copies overwrite it
+  qsum += __shfl_xor_sync(0xffffffffu, qsum, 1);
+  qsum += __shfl_xor_sync(0xffffffffu, qsum, 2);
+  // score = (s·2^24·Σq'c − s·z·Σq')·2^e = (s·Σq'c)·qa − (s·z)·qz for this thread's heads
+  // 2t, 2t+1, whose sums and exponents live in quads 2t and 2t+1.
+  const float qinv = ldexpf(1.0f, e);
+  float qa[2], qz[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int src = 4 * (2 * t + hh);
+    const float inv = __shfl_sync(0xffffffffu, qinv, src), sum = __shfl_sync(0xffffffffu, qsum, src);
+    qa[hh] = inv * 16777216.0f;
+    qz[hh] = sum * inv;
+  }
 
   // Running state for heads 2t, 2t+1: max m (log2 units), this thread's share of l and of
   // Σ p·s_V·z_V, and O^T fragments (m-tile mt: rows g, g+8 × heads 2t, 2t+1).
@@ -193,72 +263,24 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
 #pragma unroll
   for (int mt = 0; mt < M::kBlocks; ++mt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[mt][e] = 0.0f;
+    for (int e4 = 0; e4 < 4; ++e4) acc[mt][e4] = 0.0f;
 
-  // Pages of this chunk: [page0, page1); warp w takes steps (pairs of pages) w, w + 4, …
-  const int page0 = r0 / M::kPageRows, page1 = (r1 + M::kPageRows - 1) / M::kPageRows;
-  const int n_pairs = (page1 - page0 + M::kPagesPerStep - 1) / M::kPagesPerStep;
-  const int n_steps = n_pairs > warp ? (n_pairs - warp + M::kWarps - 1) / M::kWarps : 0;
-  uint8_t* wbuf = smem + warp * M::kWarpBytes;
-  const int32_t* pages = p.hist_blocks + int64_t(b) * p.hist_blocks_stride;
-  // Lane 0 copies a step's K and V pages with the TMA unit, each page one bulk copy, and
-  // arms the stage's barrier with their bytes; lanes wait on the barrier's phase.
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + M::kBarOff) + warp * M::kStages;
-  if (lane == 0) {
-#pragma unroll
-    for (int s = 0; s < M::kStages; ++s) mbar_init(bars + s, 1);
-    mbar_init_fence();
-  }
-  __syncwarp();
-  // Page ids travel one step ahead of their copies: lane pp < kPagesPerStep loads the id of
-  // page pp of a step, so the load's latency is hidden behind a step of compute.
-  const auto load_id = [&](int step) {
-    const int page_index = page0 + (step * M::kWarps + warp) * M::kPagesPerStep + lane;
-    return lane < M::kPagesPerStep && step < n_steps && page_index < page1 ? pages[page_index] : -1;
-  };
-  const auto issue = [&](int step, int id) {
-    int ids[M::kPagesPerStep];
-#pragma unroll
-    for (int pp = 0; pp < M::kPagesPerStep; ++pp) ids[pp] = __shfl_sync(0xffffffffu, id, pp);
-    if (lane != 0) return;
-    const int first = page0 + (step * M::kWarps + warp) * M::kPagesPerStep;
-    const int n = min(M::kPagesPerStep, page1 - first);  // pages past the chunk are never read
-    uint8_t* dst = wbuf + (step % M::kStages) * M::kStepBytes;
-    uint64_t* bar = bars + step % M::kStages;
-    mbar_arrive_expect(bar, unsigned(2 * n * M::kPageBytes));
-#pragma unroll
-    for (int pp = 0; pp < M::kPagesPerStep; ++pp) {
-      if (pp >= n) break;
-      const int page = ids[pp];
-      const int64_t off = (int64_t(page) * p.n_kv_heads + kvh) * M::kPageBytes;
-      const uint8_t* k = page >= 0 ? p.hist_k + off : g_zero_page;
-      const uint8_t* v = page >= 0 ? p.hist_v + off : g_zero_page;
-      bulk_copy_to_smem(dst + pp * M::kPageBytes, k, M::kPageBytes, bar);
-      bulk_copy_to_smem(dst + (M::kPagesPerStep + pp) * M::kPageBytes, v, M::kPageBytes, bar);
-    }
-  };
-
-#pragma unroll
-  for (int s = 0; s < M::kStages - 1; ++s)
-    if (s < n_steps) issue(s, load_id(s));
-  int next_id = load_id(M::kStages - 1);
   for (int step = 0; step < n_steps; ++step) {
-    if (step + M::kStages - 1 < n_steps) issue(step + M::kStages - 1, next_id);
-    next_id = load_id(step + M::kStages);
+    if (step + M::kStages - 1 < n_steps) issue(step + M::kStages - 1);
     mbar_wait(bars + step % M::kStages, unsigned(step / M::kStages) & 1u);
     const uint8_t* kbuf = wbuf + (step % M::kStages) * M::kStepBytes;
-    const uint8_t* vbuf = kbuf + M::kPagesPerStep * M::kPageBytes;
-    const int row_base = (page0 + (step * M::kWarps + warp) * M::kPagesPerStep) * M::kPageRows;
+    const uint8_t* vbuf = kbuf + M::kStepRowBytes;
+    const int row_base = step_row(step);
 
     // A step whose rows all lie in the chunk (all but the last) skips the masking.
     const auto compute = [&](auto full_tag) {
       constexpr bool kFull = decltype(full_tag)::value;
       // Scores of the step's tokens: sc[page][e], e = (row g | g+8) × (head 2t | 2t+1).
-      float sc[M::kPagesPerStep][4];
-      bool valid[M::kPagesPerStep][2];
+      float sc[M::kSlabsPerStep][4];
+      bool valid[M::kSlabsPerStep][2];
   #pragma unroll
-      for (int pg = 0; pg < M::kPagesPerStep; ++pg) {
-        const uint8_t* kp = kbuf + pg * M::kPageBytes;
+      for (int pg = 0; pg < M::kSlabsPerStep; ++pg) {
+        const uint8_t* kp = kbuf + pg * M::kSlabBytes;
         uint32_t wa[M::kQkWords], wb[M::kQkWords], wa_hi[M::kQkWords], wb_hi[M::kQkWords];
   #pragma unroll
         for (int w = 0; w < M::kQkWords; ++w) {
@@ -281,7 +303,7 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
   #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
           const int row = g + 8 * rr;
-          const int r = row_base + pg * M::kPageRows + row;
+          const int r = row_base + pg * M::kSlabRows + row;
           valid[pg][rr] = kFull || r < r1;  // r >= r0: chunks start on a page
           const uint32_t sz = lds32(kp + row * M::kRowBytes + M::kCodeBytes);
           const float s = half_lo(sz), zs = s * half_hi(sz);
@@ -299,12 +321,12 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
       for (int hh = 0; hh < 2; ++hh) {
         float mx = -INFINITY;
   #pragma unroll
-        for (int pg = 0; pg < M::kPagesPerStep; ++pg) mx = fmaxf(mx, fmaxf(sc[pg][hh], sc[pg][2 + hh]));
+        for (int pg = 0; pg < M::kSlabsPerStep; ++pg) mx = fmaxf(mx, fmaxf(sc[pg][hh], sc[pg][2 + hh]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
         const float m_new = fmaxf(m_run[hh], mx);
-        alpha[hh] = m_run[hh] == m_new ? 1.0f : exp2f(m_run[hh] - m_new);  // 0 from −inf
+        alpha[hh] = m_run[hh] == m_new ? 1.0f : fast_exp2(m_run[hh] - m_new);  // 0 from −inf
         m_run[hh] = m_new;
         l_run[hh] *= alpha[hh];
         z_run[hh] *= alpha[hh];
@@ -320,8 +342,8 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
       }
 
   #pragma unroll
-      for (int pg = 0; pg < M::kPagesPerStep; ++pg) {
-        const uint8_t* vp = vbuf + pg * M::kPageBytes;
+      for (int pg = 0; pg < M::kSlabsPerStep; ++pg) {
+        const uint8_t* vp = vbuf + pg * M::kSlabBytes;
         // P'^T B fragments: p·s_V rounded to f16, transposed from (token, head) to (head, token).
         uint32_t pr[2];
   #pragma unroll
@@ -332,7 +354,7 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
           float pw[2];
   #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
-            const float pe = valid[pg][rr] ? exp2f(sc[pg][2 * rr + hh] - m_run[hh]) : 0.0f;
+            const float pe = valid[pg][rr] ? fast_exp2(sc[pg][2 * rr + hh] - m_run[hh]) : 0.0f;
             l_run[hh] += pe;
             pw[hh] = valid[pg][rr] ? pe * s : 0.0f;
           }
@@ -374,7 +396,7 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
         }
       }
     };
-    if (row_base + M::kPagesPerStep * M::kPageRows <= r1)
+    if (row_base + M::kStepRows <= r1)
       compute(std::true_type{});
     else
       compute(std::false_type{});

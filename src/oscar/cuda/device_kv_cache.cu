@@ -14,8 +14,9 @@ namespace {
 using detail::check_launch;
 using detail::fail;
 
-constexpr int kPage = kDecodeFpBlockTokens;  // tokens per fp page = rows per history page
-static_assert(kDecodeFpBlockTokens == kDecodeHistBlockTokens);
+constexpr int kPage = kDecodeFpBlockTokens;        // tokens per fp page
+constexpr int kHistPage = kDecodeHistBlockTokens;  // rows per history page (a multiple of kPage)
+static_assert(kHistPage % kPage == 0);
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -104,7 +105,7 @@ DeviceKvCache::DeviceKvCache(int n_layers, int n_kv_heads, int head_dim, const K
     fail(what, "max_seq_len " + std::to_string(limits.max_seq_len) + " outside [1, 2^31)");
   keep_fp_ = fmt.any_bf16_layer();
   fp_stride_ = int(ceil_div(limits.max_seq_len, kPage));
-  hist_stride_ = int(std::max<int64_t>(1, ceil_div(std::max<int64_t>(0, limits.max_seq_len - fmt.sink), kPage)));
+  hist_stride_ = int(std::max<int64_t>(1, ceil_div(std::max<int64_t>(0, limits.max_seq_len - fmt.sink), kHistPage)));
   // During a step a sequence may hold one page more than after it (the new token's page
   // comes before the released one goes), and the count wobbles by one along the way.
   if (limits.prefill_chunk <= 0) fail(what, "prefill_chunk must be positive");
@@ -122,7 +123,7 @@ DeviceKvCache::DeviceKvCache(int n_layers, int n_kv_heads, int head_dim, const K
     const std::string name = "KV cache layer " + std::to_string(l);
     fp_k_.push_back(mem_.allocate_array<uint16_t>(size_t(limits_.fp_pages) * fp_elems, name + " fp K pages"));
     fp_v_.push_back(mem_.allocate_array<uint16_t>(size_t(limits_.fp_pages) * fp_elems, name + " fp V pages"));
-    const size_t hist_bytes = size_t(limits_.hist_pages) * size_t(n_kv_heads) * kPage * row_bytes(l);
+    const size_t hist_bytes = size_t(limits_.hist_pages) * size_t(n_kv_heads) * kHistPage * row_bytes(l);
     hist_k_.push_back(hist_bytes ? mem_.allocate_array<uint8_t>(hist_bytes, name + " history K pages") : nullptr);
     hist_v_.push_back(hist_bytes ? mem_.allocate_array<uint8_t>(hist_bytes, name + " history V pages") : nullptr);
   }
@@ -158,7 +159,7 @@ int64_t DeviceKvCache::fp_pages_for_length(int64_t t) const {
 int64_t DeviceKvCache::hist_pages_for_length(int64_t t) const {
   if (!fmt_.any_history()) return 0;
   // Rows [S, h(t + 1)): a step for token t also demotes row h(t).
-  return ceil_div(std::max<int64_t>(0, history_end(t + 1) - fmt_.sink), kPage);
+  return ceil_div(std::max<int64_t>(0, history_end(t + 1) - fmt_.sink), kHistPage);
 }
 
 size_t DeviceKvCache::fp_page_bytes() const {
@@ -168,12 +169,12 @@ size_t DeviceKvCache::fp_page_bytes() const {
 size_t DeviceKvCache::hist_page_bytes() const {
   size_t per_row = 0;
   for (int l = 0; l < n_layers_; ++l) per_row += 2 * row_bytes(l);
-  return per_row * size_t(n_kv_heads_) * kPage;
+  return per_row * size_t(n_kv_heads_) * kHistPage;
 }
 
 size_t DeviceKvCache::bytes_for_length(int64_t t) const {
   // The pages held after t tokens (history rows up to h(t)).
-  const int64_t hist = fmt_.any_history() ? ceil_div(std::max<int64_t>(0, history_end(t) - fmt_.sink), kPage) : 0;
+  const int64_t hist = fmt_.any_history() ? ceil_div(std::max<int64_t>(0, history_end(t) - fmt_.sink), kHistPage) : 0;
   return size_t(fp_pages_for_length(t)) * fp_page_bytes() + size_t(hist) * hist_page_bytes();
 }
 
@@ -254,7 +255,7 @@ void DeviceKvCache::begin_tokens(int slot, int64_t n) {
   if (fmt_.any_history()) {
     const int64_t r0 = history_end(t0), r1 = history_end(t0 + n);
     if (r1 > r0)
-      for (int64_t i = (r0 - fmt_.sink) / kPage; i <= (r1 - 1 - fmt_.sink) / kPage; ++i)
+      for (int64_t i = (r0 - fmt_.sink) / kHistPage; i <= (r1 - 1 - fmt_.sink) / kHistPage; ++i)
         if (h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t(i)] < 0) hist_need.push_back(i);
   }
   if (fp_need.size() > free_fp_.size() || hist_need.size() > free_hist_.size())
@@ -298,7 +299,8 @@ void DeviceKvCache::synthesize(int slot, int64_t t, uint64_t seed, cudaStream_t 
     const bool released = !keep_fp_ && fmt_.any_history() && i * kPage >= fmt_.sink && (i + 1) * kPage <= h;
     if (!released) fp_pages.push_back(int32_t(i));
   }
-  for (int64_t i = 0; i < ceil_div(std::max<int64_t>(0, h - fmt_.sink), kPage); ++i) hist_pages.push_back(int32_t(i));
+  for (int64_t i = 0; i < ceil_div(std::max<int64_t>(0, h - fmt_.sink), kHistPage); ++i)
+    hist_pages.push_back(int32_t(i));
   if (fp_pages.size() > free_fp_.size() || hist_pages.size() > free_hist_.size())
     fail(what, "the KV cache cannot hold a sequence of " + std::to_string(t) + " tokens");
   // Table indices → pages, then fill those pages.
@@ -340,9 +342,9 @@ void DeviceKvCache::synthesize(int slot, int64_t t, uint64_t seed, cudaStream_t 
       upload(d_pages, hist_pages.data(), hist_pages.size());
       const int rb = int(row_bytes(l)), code_bytes = head_dim_ * fmt_.bits[size_t(l)] / 8;
       fill_hist_pages<<<1024, 256, 0, stream>>>(hist_k_[size_t(l)], d_pages, int(hist_pages.size()),
-                                                 int64_t(n_kv_heads_) * kPage, rb, code_bytes, seed * 7 + uint64_t(l));
+                                                 int64_t(n_kv_heads_) * kHistPage, rb, code_bytes, seed * 7 + uint64_t(l));
       fill_hist_pages<<<1024, 256, 0, stream>>>(hist_v_[size_t(l)], d_pages, int(hist_pages.size()),
-                                                 int64_t(n_kv_heads_) * kPage, rb, code_bytes, seed * 11 + uint64_t(l));
+                                                 int64_t(n_kv_heads_) * kHistPage, rb, code_bytes, seed * 11 + uint64_t(l));
       check_launch(what);
       cudaStreamSynchronize(stream);
     }

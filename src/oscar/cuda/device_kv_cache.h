@@ -1,6 +1,6 @@
 // The paged KV cache on the device (docs/kv-layout.md §8, the CPU cache's bytes): per layer
 // one pool of BF16 fp pages [n_fp_pages, n_kv_heads, 16, d] for K and for V, and one pool of
-// packed history pages [n_hist_pages, n_kv_heads, 16 · row_bytes]. A page number means the
+// packed history pages [n_hist_pages, n_kv_heads, 64 · row_bytes]. A page number means the
 // same tokens in every layer; the page tables live on the host (the source of truth) and,
 // per sequence slot, on the device ([max_seqs, stride] int32, −1 = none or released).
 //

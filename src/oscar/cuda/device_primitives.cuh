@@ -47,6 +47,22 @@ __device__ __forceinline__ void bulk_copy_to_smem(void* dst, const void* src, un
                : "memory");
 }
 
+// 2^x on the special-function unit alone (ex2.approx.ftz: relative error below 2^-22,
+// results under 2^-126 flush to 0, which a softmax weight may): exp2f adds a range
+// fix-up of three instructions around it, a tenth of the history walk's step.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Programmatic dependent launch (sm_90): a kernel lets the next one on its stream start
+// launching (each CTA signals; the dependent grid launches once all have, or exited), and
+// the dependent waits until this grid has completed and its writes are visible. Both are
+// no-ops without the launch attribute.
+__device__ __forceinline__ void grid_dependents_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
 __device__ __forceinline__ float warp_max(float v) {
   for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
   return v;

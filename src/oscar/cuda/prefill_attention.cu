@@ -19,6 +19,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "oscar/cuda/decode_attention.h"
 #include "oscar/cuda/device_primitives.cuh"
 #include "oscar/cuda/host_checks.h"
 
@@ -34,7 +35,8 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kRows = 16 * kWarps;  // query rows per CTA
 constexpr int kKeys = 64;           // keys per tile
-constexpr int kPage = 16;           // tokens per fp page and rows per history page
+constexpr int kPage = kDecodeFpBlockTokens;      // tokens per fp page
+constexpr int kHistRows = kDecodeHistBlockTokens;  // rows per history page
 constexpr int kMaxGroup = 8;
 
 // Shared-memory tiles: [kKeys][kDim + 8] BF16 each (the 16-byte pad spreads the rows that
@@ -121,11 +123,12 @@ __global__ void __launch_bounds__(256) dequantize_history_kernel(const PrefillAt
   if (x >= rows) return;
   const int dim0 = (int(threadIdx.x) % kLanesPerRow) * 4;
   const int row_bytes = kDim * kBits / 8 + 4 * (kDim / p.group);
-  const int page = p.hist_blocks[x / kPage];
+  const int page = p.hist_blocks[x / kHistRows];
   const size_t out = (size_t(kvh) * rows + x) * kDim + dim0, plane = size_t(p.n_kv_heads) * rows * kDim;
   uint2 k = make_uint2(0u, 0u), v = k;
   if (page >= 0) {
-    const size_t off = (size_t(page) * p.n_kv_heads + kvh) * kPage * size_t(row_bytes) + size_t(x % kPage) * row_bytes;
+    const size_t off =
+        (size_t(page) * p.n_kv_heads + kvh) * kHistRows * size_t(row_bytes) + size_t(x % kHistRows) * row_bytes;
     k = dequantize4<kDim, kBits>(p.hist_k + off, dim0, p.group);
     v = dequantize4<kDim, kBits>(p.hist_v + off, dim0, p.group);
   }

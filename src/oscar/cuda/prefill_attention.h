@@ -35,9 +35,9 @@ struct PrefillAttentionParams {
   const uint16_t* fp_k = nullptr;      // [n_fp_blocks, n_kv_heads, 16, d] BF16 bits
   const uint16_t* fp_v = nullptr;
   const int32_t* fp_blocks = nullptr;  // the sequence's fp page table: page of token t at [t / 16]; −1 = released
-  const uint8_t* hist_k = nullptr;     // [n_hist_blocks, n_kv_heads, 16 · row_bytes] (§1 rows)
+  const uint8_t* hist_k = nullptr;     // [n_hist_blocks, n_kv_heads, 64 · row_bytes] (§1 rows)
   const uint8_t* hist_v = nullptr;
-  const int32_t* hist_blocks = nullptr;  // page of history token t at [(t − S) / 16]
+  const int32_t* hist_blocks = nullptr;  // page of history token t at [(t − S) / 64]
 
   // History rows are dequantized once per launch into a BF16 scratch that every query tile
   // reads: rows [S, max_hist_end) (host value, >= every hist_end[i] that matters, i.e.
