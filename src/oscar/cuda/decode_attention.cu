@@ -598,7 +598,6 @@ constexpr int kWindowChunkKeys = 128;
 template <int kDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads) decode_chunk_kernel_fp(const DecodeAttentionParams p, int gb_log2,
                                                                    int n_slots) {
-  grid_dependents_launch();  // the merge may launch once every CTA has started (docs/cuda.md)
   decode_chunk<0, kDim, kMaxGroup>(p, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x, n_slots, false);
 }
 
@@ -606,7 +605,6 @@ __global__ void __launch_bounds__(kThreads) decode_chunk_kernel_fp(const DecodeA
 template <int kBits, int kDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads, hist_ctas_per_sm(kMaxGroup))
     decode_chunk_kernel_hist(const DecodeAttentionParams p, int gb_log2, int n_slots) {
-  grid_dependents_launch();
   decode_chunk<kBits, kDim, kMaxGroup>(p, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x, n_slots, false);
 }
 
@@ -619,7 +617,6 @@ constexpr int split_ctas_per_sm(int max_group) { return max_group <= 4 ? 4 : 3; 
 template <int kBits, int kDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads, split_ctas_per_sm(kMaxGroup))
     decode_split_kernel(const DecodeAttentionParams p, int gb_log2, int n_window_slots, int n_slots) {
-  grid_dependents_launch();
   const int x = blockIdx.x;
   if (x < n_window_slots)
     decode_chunk<kBits, kDim, kMaxGroup>(p, gb_log2, x, kWindowChunkKeys, x, n_slots, true);
@@ -639,7 +636,6 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   using Vec = std::conditional_t<kVec == 4, float4, float2>;
   __shared__ float s_red[kWarpsM];
   __shared__ float s_o[kWarpsM][kDim];
-  grid_dependency_wait();  // the chunk kernel's partials are complete and visible
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int64_t head = int64_t(b) * p.n_heads + h;
   const float2* ml = reinterpret_cast<const float2*>(p.workspace) + head * n_slots;
@@ -782,19 +778,8 @@ void launch(const DecodeAttentionParams& p, cudaStream_t stream) {
       check_cuda(cudaGetLastError(), "decode_chunk_kernel launch");
     }
   }
-  // A programmatic dependent launch: the merge grid is set up while the chunk kernel's last
-  // CTAs run (they signal once their loads are done) and waits for its results in
-  // griddepcontrol.wait, which saves the launch gap (a few µs at B = 1).
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(p.n_heads), unsigned(p.batch));
-  cfg.blockDim = dim3(kMergeThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = n_slots > 0 ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&cfg, decode_merge_kernel<kDim>, p, n_slots), "decode_merge_kernel launch");
+  decode_merge_kernel<kDim><<<dim3(unsigned(p.n_heads), unsigned(p.batch)), kMergeThreads, 0, stream>>>(p, n_slots);
+  check_cuda(cudaGetLastError(), "decode_merge_kernel launch");
 }
 
 template <int kBits, int kDim>

@@ -56,13 +56,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// Programmatic dependent launch (sm_90): a kernel lets the next one on its stream start
-// launching (each CTA signals; the dependent grid launches once all have, or exited), and
-// the dependent waits until this grid has completed and its writes are visible. Both are
-// no-ops without the launch attribute.
-__device__ __forceinline__ void grid_dependents_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
-__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-
 __device__ __forceinline__ float warp_max(float v) {
   for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
   return v;
