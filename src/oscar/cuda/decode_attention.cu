@@ -848,15 +848,16 @@ int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   // The tensor-core history walk is short per key, so long chunks pay for each CTA's ramp
   // (q setup, the copy pipeline filling): 2048 keys at least, and no more than about 16
   // CTAs per SM (H100: 2048–4096 measured best from (1, 8K) to (32, 32K), docs/cuda.md).
-  // A grid that fills less than one wave at 2048 keys (a few sequences) takes 3072-key
-  // chunks: each CTA's fixed cost, and each slot the merge reads, is spread over 50 % more
-  // keys (H100, INT2 and INT4 at B = 1: 5–10 % faster from 8K to 128K keys).
+  // A grid that fills less than one wave at 2048 keys (a few long sequences: 16K history
+  // rows or more) takes 3072-key chunks: each CTA's fixed cost, and each slot the merge
+  // reads, is spread over 50 % more keys (H100, B = 1: INT2 and INT4 7–12 % faster at 32K
+  // and 128K keys; at 8K, INT4 is 20 % slower with them).
   const int64_t target = 16 * int64_t(n_sm > 0 ? n_sm : 132);
   const int per_sm = n_sm > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 ? split_ctas_per_sm(p) : 0;
   const int64_t heads = int64_t(p.batch) * p.n_kv_heads;
   int chunk = 2048;
-  if (per_sm > 0 && heads * ceil_div(std::max<int64_t>(p.max_seq_len - p.sink, 0), chunk) <= int64_t(per_sm) * n_sm)
-    chunk = 3072;
+  const int64_t hist_rows = std::max<int64_t>(p.max_seq_len - p.sink, 0);
+  if (per_sm > 0 && hist_rows >= 16384 && heads * ceil_div(hist_rows, chunk) <= int64_t(per_sm) * n_sm) chunk = 3072;
   while (chunk < 65536 && heads * ((p.max_seq_len + chunk - 1) / chunk) > target) chunk *= 2;
   // A grid a little over whole waves of resident CTAs leaves a few chunks to start late
   // and finish alone (at (1, 128K): 536 CTAs for 528 places, the SMs idle 30 % of the
