@@ -15,6 +15,7 @@
 
 #include "oscar/cuda/decode_history_mma.cuh"
 #include "oscar/cuda/device_primitives.cuh"
+#include "oscar/cuda/host_checks.h"
 
 namespace oscar::cuda {
 namespace {
@@ -688,8 +689,6 @@ void check_cuda(cudaError_t e, const char* call) {
   if (e != cudaSuccess) fail(std::string(call) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 
-bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
-
 int log2_exact(int v) {
   int l = 0;
   while ((1 << l) < v) ++l;
@@ -720,19 +719,9 @@ void check_params(const DecodeAttentionParams& p) {
     if (!ok) fail(what);
   };
   need(p.batch >= 0 && p.batch <= 65535, "batch " + std::to_string(p.batch) + " outside [0, 65535]");
-  need(p.head_dim == 64 || p.head_dim == 128, "head_dim " + std::to_string(p.head_dim) + " not supported (64 or 128)");
-  need(p.n_kv_heads > 0 && p.n_heads > 0 && p.n_heads % p.n_kv_heads == 0,
-       "n_heads " + std::to_string(p.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(p.n_kv_heads));
-  const int group = p.n_kv_heads > 0 ? p.n_heads / p.n_kv_heads : 0;
-  need(group >= 1 && group <= kDecodeMaxGroup, "GQA group " + std::to_string(group) + " not supported (1..8)");
-  need(p.bits == 0 || p.bits == 2 || p.bits == 4 || p.bits == 8,
-       "bits " + std::to_string(p.bits) + " not supported (0 = BF16 only, 2, 4, 8)");
-  if (p.bits != 0) {
-    need((p.group == 32 || p.group == 64 || p.group == 128) && p.group <= p.head_dim,
-         "group size " + std::to_string(p.group) + " not supported (32, 64 or 128, at most head_dim)");
-    need(p.hist_end && p.hist_k && p.hist_v && p.hist_blocks, "history pointers are null (bits != 0)");
-    need(aligned16(p.hist_k) && aligned16(p.hist_v), "history pools must be 16-byte aligned");
-  }
+  const std::string shape = kv_shape_problem(p.head_dim, p.n_heads, p.n_kv_heads, p.bits, p.group, kDecodeMaxGroup,
+                                             p.hist_end, p.hist_k, p.hist_v, p.hist_blocks);
+  need(shape.empty(), shape);
   need(p.sink >= 0, "sink " + std::to_string(p.sink) + " < 0");
   need(p.max_window_keys >= 0, "max_window_keys " + std::to_string(p.max_window_keys) + " < 0");
   need(p.chunk_keys >= kTile && p.chunk_keys % kTile == 0,

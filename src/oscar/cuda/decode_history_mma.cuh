@@ -122,9 +122,11 @@ __host__ __device__ inline int64_t partial_o_offset(int64_t batch, int64_t n_hea
 }
 
 // Stands in for a released history page (a correct caller never asks for one): zeros, as
-// many as the longest step copies (32 rows of INT4 at d = 128; 64 of INT2).
-__device__ __align__(16) uint8_t g_zero_page[64 * (128 * 2 / 8 + 4) > 32 * (128 * 4 / 8 + 4) ? 64 * (128 * 2 / 8 + 4)
-                                                                                             : 32 * (128 * 4 / 8 + 4)];
+// many as the longest step copies (d = 128: INT2's 64 rows or INT4's 32).
+constexpr int kZeroPageBytes = MmaGeometry<2, 128>::kStepRowBytes > MmaGeometry<4, 128>::kStepRowBytes
+                                   ? MmaGeometry<2, 128>::kStepRowBytes
+                                   : MmaGeometry<4, 128>::kStepRowBytes;
+__device__ __align__(16) uint8_t g_zero_page[kZeroPageBytes];
 
 // Writes "no keys" (m = −inf, l = 0) for the group's heads; the merge skips such slots.
 __device__ __forceinline__ void write_empty_partial(const DecodeAttentionParams& p, int64_t head0, int group,
@@ -184,6 +186,7 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
   // first arms the stage's barrier with their bytes, and all lanes wait on its phase. The
   // whole step is copied even where it runs past the chunk: its page holds those rows (they
   // may be unwritten, and are masked).
+  static_assert(M::kStepRowBytes <= kZeroPageBytes, "a released page reads as a step of zeros");
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + M::kBarOff) + warp * M::kStages;
   if (lane == 0) {
 #pragma unroll

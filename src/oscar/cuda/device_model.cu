@@ -61,6 +61,24 @@ __global__ void gather_tables(const int32_t* src, const int32_t* slots, int32_t*
     dst[int64_t(b) * stride + i] = row[i];
 }
 
+
+// Replaces *buf with a block of `need` bytes (the contents are not kept; the old block is
+// freed first, so the two never coexist). A failed allocation leaves it null and names
+// `what` and the size.
+template <class T>
+void regrow(T** buf, size_t* bytes, size_t need, const char* what) {
+  if (*buf) cudaFree(*buf);
+  *buf = nullptr;
+  *bytes = 0;
+  const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(buf), need);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    *buf = nullptr;
+    fail("DeviceModel", std::string(e == cudaErrorMemoryAllocation ? "out of GPU memory" : cudaGetErrorString(e)) +
+                            " allocating the " + what + ": " + std::to_string(need >> 20) + " MiB");
+  }
+  *bytes = need;
+}
 }  // namespace
 
 void ModelShape::validate() const {
@@ -344,18 +362,7 @@ void DeviceModel::ensure_prefill_scratch(int64_t hist_end) {
   p.n_kv_heads = shape_.n_kv_heads, p.head_dim = shape_.head_dim, p.sink = kv_.sink, p.max_hist_end = int(hist_end);
   p.bits = std::any_of(kv_.bits.begin(), kv_.bits.end(), [](int b) { return b != 0; }) ? 2 : 0;
   const size_t need = prefill_attention_scratch_bytes(p);
-  if (need <= prefill_scratch_bytes_) return;
-  if (prefill_scratch_) cudaFree(prefill_scratch_);
-  prefill_scratch_ = nullptr;
-  prefill_scratch_bytes_ = 0;
-  const cudaError_t e = cudaMalloc(&prefill_scratch_, need);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    prefill_scratch_ = nullptr;
-    fail("DeviceModel", std::string(e == cudaErrorMemoryAllocation ? "out of GPU memory" : cudaGetErrorString(e)) +
-                            " allocating the prefill history scratch: " + std::to_string(need >> 20) + " MiB");
-  }
-  prefill_scratch_bytes_ = need;
+  if (need > prefill_scratch_bytes_) regrow(&prefill_scratch_, &prefill_scratch_bytes_, need, "prefill history scratch");
 }
 
 void DeviceModel::ensure_workspace(int rows, int64_t bound) {
@@ -374,17 +381,7 @@ void DeviceModel::ensure_workspace(int rows, int64_t bound) {
   // A larger workspace moves it: graphs captured with the old one are dropped.
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
   graphs_.clear();
-  if (attn_workspace_) cudaFree(attn_workspace_);
-  attn_workspace_ = nullptr;
-  attn_workspace_bytes_ = 0;
-  const cudaError_t e = cudaMalloc(&attn_workspace_, need);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    attn_workspace_ = nullptr;
-    fail("DeviceModel", std::string(e == cudaErrorMemoryAllocation ? "out of GPU memory" : cudaGetErrorString(e)) +
-                            " allocating the attention workspace: " + std::to_string(need >> 20) + " MiB");
-  }
-  attn_workspace_bytes_ = need;
+  regrow(&attn_workspace_, &attn_workspace_bytes_, need, "attention workspace");
 }
 
 // A power-of-two bound on the keys sizes the attention grid (and keys the graphs); plain

@@ -360,25 +360,19 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(const Prefi
 
 [[noreturn]] void fail(const std::string& what) { detail::fail("prefill_attention", what); }
 
-bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+using detail::aligned16;
+using detail::kv_shape_problem;
 
 void check_params(const PrefillAttentionParams& p) {
   const auto need = [](bool ok, const std::string& what) {
     if (!ok) fail(what);
   };
   need(p.n_tokens >= 0, "n_tokens " + std::to_string(p.n_tokens) + " < 0");
-  need(p.head_dim == 64 || p.head_dim == 128, "head_dim " + std::to_string(p.head_dim) + " not supported (64 or 128)");
-  need(p.n_kv_heads > 0 && p.n_kv_heads <= 65535 && p.n_heads > 0 && p.n_heads % p.n_kv_heads == 0,
-       "n_heads " + std::to_string(p.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(p.n_kv_heads));
-  const int group = p.n_kv_heads > 0 ? p.n_heads / p.n_kv_heads : 0;
-  need(group >= 1 && group <= kMaxGroup, "GQA group " + std::to_string(group) + " not supported (1..8)");
-  need(p.bits == 0 || p.bits == 2 || p.bits == 4 || p.bits == 8,
-       "bits " + std::to_string(p.bits) + " not supported (0 = BF16 only, 2, 4, 8)");
+  const std::string shape = kv_shape_problem(p.head_dim, p.n_heads, p.n_kv_heads, p.bits, p.group, kMaxGroup,
+                                             p.hist_end, p.hist_k, p.hist_v, p.hist_blocks);
+  need(shape.empty(), shape);
+  need(p.n_kv_heads <= 65535, "n_kv_heads " + std::to_string(p.n_kv_heads) + " outside [1, 65535] (grid y)");
   if (p.bits != 0) {
-    need((p.group == 32 || p.group == 64 || p.group == 128) && p.group <= p.head_dim,
-         "group size " + std::to_string(p.group) + " not supported (32, 64 or 128, at most head_dim)");
-    need(p.hist_end && p.hist_k && p.hist_v && p.hist_blocks, "history pointers are null (bits != 0)");
-    need(aligned16(p.hist_k) && aligned16(p.hist_v), "history pools must be 16-byte aligned");
     need(p.max_hist_end >= 0 && p.max_hist_end <= INT32_MAX / 2, "max_hist_end out of range");
     need(scratch_rows(p) == 0 || (p.scratch && aligned16(p.scratch)),
          "scratch is null or not 16-byte aligned (prefill_attention_scratch_bytes)");
