@@ -1,7 +1,7 @@
 // Decode attention at Qwen3-8B shapes (32 query heads, 8 KV heads, head_dim 128, G 128)
 // over BF16 / INT8 / INT4 / INT2 caches: median kernel time, bytes moved, GB/s, and the
 // fraction of the device-to-device copy bandwidth measured in the same process.
-//   bench_decode_attention [--json PATH] [--commit SHA] [--iters N] [--only B T KV] [--chunk KEYS]
+//   bench_decode_attention [--json PATH] [--commit SHA] [--iters N] [--only B T KV] [--chunk KEYS] [--flush read|write]
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -30,6 +30,7 @@ struct Row {
   std::string kv;
   int chunk = 0;
   double ms = 0, bytes = 0, gbps = 0, frac = 0;
+  double floor_ms = 0;  // one streaming read of `bytes` (bench_util.cuh: read_floor_ms)
   std::string note;
 };
 
@@ -40,7 +41,7 @@ struct Kv {
 };
 
 // One (B, T, kv) measurement. Every sequence has length T; pages are shuffled in the pools.
-Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, void* flush, size_t flush_bytes, double copy,
+Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, L2Flush& flush, double copy,
             int chunk) {
   Row row;
   row.batch = batch;
@@ -136,8 +137,7 @@ Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, void* flush, 
   p.out = out;
 
   // A cold L2 for every launch: small caches would otherwise be served from L2.
-  int flushes = 0;
-  row.ms = median_ms(3, iters, [&] { CHECK_CUDA(cudaMemsetAsync(flush, flushes++ & 0xff, flush_bytes)); },
+  row.ms = median_ms(3, iters, [&] { flush(); },
                      [&] { oscar::cuda::decode_attention(p); });
   std::vector<float> hout(hq.size());
   CHECK_CUDA(cudaMemcpy(hout.data(), out, hout.size() * 4, cudaMemcpyDeviceToHost));
@@ -153,6 +153,7 @@ Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, void* flush, 
   row.bytes = batch * (kv_bytes + 2.0 * kHeads * kDim * 4);
   row.gbps = row.bytes / (row.ms * 1e-3) / 1e9;
   row.frac = copy > 0 ? row.gbps / copy : 0.0;
+  row.floor_ms = read_floor_ms(size_t(row.bytes), n_sm, iters, [&] { flush(); });
   return row;
 }
 
@@ -172,6 +173,7 @@ int main(int argc, char** argv) {
   std::string json_path, commit, command;
   int iters = 25;
   int only_batch = 0, only_seq = 0, chunk = 0;
+  bool flush_read = true;
   std::string only_kv;
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
   for (int i = 1; i < argc; ++i) {
@@ -180,13 +182,21 @@ int main(int argc, char** argv) {
     else if (a == "--commit" && i + 1 < argc) commit = argv[++i];
     else if (a == "--iters" && i + 1 < argc) iters = std::max(20, std::atoi(argv[++i]));
     else if (a == "--chunk" && i + 1 < argc) chunk = std::atoi(argv[++i]);  // keys per chunk (default: heuristic)
+    else if (a == "--flush" && i + 1 < argc) {  // how the L2 is emptied before each launch
+      const std::string how = argv[++i];
+      if (how != "read" && how != "write") {
+        std::fprintf(stderr, "--flush takes read or write\n");
+        return 2;
+      }
+      flush_read = how == "read";
+    }
     else if (a == "--only" && i + 3 < argc) {  // one row: B T kv (for profilers)
       only_batch = std::atoi(argv[++i]);
       only_seq = std::atoi(argv[++i]);
       only_kv = argv[++i];
     }
     else {
-      std::fprintf(stderr, "usage: %s [--json PATH] [--commit SHA] [--iters N>=20] [--only B T KV] [--chunk KEYS]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json PATH] [--commit SHA] [--iters N>=20] [--only B T KV] [--chunk KEYS] [--flush read|write]\n", argv[0]);
       return 2;
     }
   }
@@ -199,9 +209,11 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  const size_t flush_bytes = std::max<size_t>(size_t(prop.l2CacheSize) * 2, size_t(64) << 20);
-  void* flush = nullptr;
-  CHECK_CUDA(cudaMalloc(&flush, flush_bytes));
+  L2Flush flush;
+  flush.read = flush_read;
+  flush.bytes = std::max<size_t>(size_t(prop.l2CacheSize) * 2, size_t(64) << 20);
+  CHECK_CUDA(cudaMalloc(&flush.buf, flush.bytes));
+  CHECK_CUDA(cudaMemset(flush.buf, 0, flush.bytes));
 
   const double copy = copy_gbps(iters);
   char date[32];
@@ -213,7 +225,10 @@ int main(int argc, char** argv) {
   std::printf("Qwen3-8B layer: %d q heads, %d kv heads, d %d, G %d; sink %d, recent %d; median of %d, cold L2\n",
               kHeads, kKvHeads, kDim, kGroup, kSink, kWindow, iters);
   std::printf("kv: int4/int2 on tensor cores; -cc: the same caches on the CUDA-core kernel\n");
-  std::printf("%4s %7s %7s %6s %10s %10s %9s %6s  %s\n", "B", "T", "kv", "chunk", "ms", "MB", "GB/s", "frac", "note");
+  std::printf("flush: %s; floor: one streaming read of the same bytes (frac_f = floor / ms)\n",
+              flush.read ? "read 2x L2 (no dirty lines)" : "memset 2x L2 (dirty lines written back during the launch)");
+  std::printf("%4s %7s %7s %6s %10s %10s %9s %6s %9s %6s  %s\n", "B", "T", "kv", "chunk", "ms", "MB", "GB/s", "frac",
+              "floor_ms", "frac_f", "note");
 
   const std::vector<std::pair<int, int>> shapes = {{1, 8192}, {1, 32768}, {1, 131072}, {8, 32768}, {32, 32768}, {64, 8192}};
   const std::vector<Kv> kvs = {{"bf16", 0},  {"int8", 8},          {"int4", 4},
@@ -222,13 +237,13 @@ int main(int argc, char** argv) {
   for (const auto& [batch, seq] : shapes)
     for (const Kv& kv : kvs) {
       if (!only_kv.empty() && (batch != only_batch || seq != only_seq || only_kv != kv.name)) continue;
-      const Row r = measure(batch, seq, kv, iters, prop.multiProcessorCount, flush, flush_bytes, copy, chunk);
-      std::printf("%4d %7d %7s %6d %10.4f %10.1f %9.1f %6.3f  %s\n", r.batch, r.seq, r.kv.c_str(), r.chunk, r.ms,
-                  r.bytes / 1e6, r.gbps, r.frac, r.note.c_str());
+      const Row r = measure(batch, seq, kv, iters, prop.multiProcessorCount, flush, copy, chunk);
+      std::printf("%4d %7d %7s %6d %10.4f %10.1f %9.1f %6.3f %9.4f %6.3f  %s\n", r.batch, r.seq, r.kv.c_str(), r.chunk,
+                  r.ms, r.bytes / 1e6, r.gbps, r.frac, r.floor_ms, r.ms > 0 ? r.floor_ms / r.ms : 0.0, r.note.c_str());
       std::fflush(stdout);
       rows.push_back(r);
     }
-  CHECK_CUDA(cudaFree(flush));
+  CHECK_CUDA(cudaFree(flush.buf));
 
   if (!json_path.empty()) {
     FILE* f = std::fopen(json_path.c_str(), "w");
@@ -241,13 +256,17 @@ int main(int argc, char** argv) {
     std::fprintf(f, "  \"copy_GBps\": %.2f,\n  \"copy_note\": \"cudaMemcpyAsync D2D of 1 GiB, (read + write bytes) / time\",\n",
                  copy);
     std::fprintf(f, "  \"bytes_note\": \"K and V bytes of the cache read + q read + out written; kernel GBps = bytes / time\",\n");
+    std::fprintf(f, "  \"flush\": \"%s\",\n", flush.read ? "read: a kernel reads 2x the L2 before each launch (no dirty lines)"
+                                                        : "write: a memset of 2x the L2 before each launch (its dirty lines are written back during the launch)");
+    std::fprintf(f, "  \"floor_note\": \"floor_ms: median time of one streaming read of the same bytes (16-byte loads, 8 CTAs of 256 threads per SM, same flush); frac_of_floor = floor_ms / ms\",\n");
     std::fprintf(f, "  \"rows\": [\n");
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::fprintf(f,
                    "    {\"B\": %d, \"T\": %d, \"kv\": \"%s\", \"chunk\": %d, \"ms\": %.5f, \"bytes\": %.0f, "
-                   "\"GBps\": %.2f, \"frac_of_copy\": %.4f, \"note\": \"%s\"}%s\n",
-                   r.batch, r.seq, r.kv.c_str(), r.chunk, r.ms, r.bytes, r.gbps, r.frac, json_escape(r.note).c_str(),
+                   "\"GBps\": %.2f, \"frac_of_copy\": %.4f, \"floor_ms\": %.5f, \"frac_of_floor\": %.4f, \"note\": \"%s\"}%s\n",
+                   r.batch, r.seq, r.kv.c_str(), r.chunk, r.ms, r.bytes, r.gbps, r.frac, r.floor_ms,
+                   r.ms > 0 ? r.floor_ms / r.ms : 0.0, json_escape(r.note).c_str(),
                    i + 1 < rows.size() ? "," : "");
     }
     std::fprintf(f, "  ]\n}\n");

@@ -52,6 +52,36 @@ void fill(void* p, size_t bytes, uint32_t seed) {
   CHECK_CUDA(cudaGetLastError());
 }
 
+// Evicts the L2 by reading a buffer twice its size. Unlike a memset it leaves no dirty lines,
+// whose write-back would add to the DRAM traffic of whatever is timed next. The xor of
+// every word is stored only in the unlikely case it equals `never`, which keeps the loads.
+__global__ void read_through(const uint4* p, size_t n, uint32_t never, uint32_t* sink) {
+  uint32_t x = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = p[i];
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == never) *sink = x;
+}
+
+// A cold L2 before each timed launch. `read` (the default) reads the buffer; otherwise it
+// is overwritten by a memset (what earlier results used: its dirty lines are written back
+// while the timed kernel runs).
+struct L2Flush {
+  void* buf = nullptr;
+  size_t bytes = 0;
+  bool read = true;
+  int count = 0;
+  void operator()() {
+    if (read) {
+      read_through<<<1024, 256>>>(static_cast<const uint4*>(buf), bytes / 16, 0x9e3779b9u, static_cast<uint32_t*>(buf));
+      CHECK_CUDA(cudaGetLastError());
+    } else {
+      CHECK_CUDA(cudaMemsetAsync(buf, count++ & 0xff, bytes));
+    }
+  }
+};
+
 float median(std::vector<float> v) {
   if (v.empty()) return 0.f;
   std::sort(v.begin(), v.end());
@@ -79,6 +109,23 @@ float median_ms(int warmup, int iters, Before&& before, Timed&& timed) {
   CHECK_CUDA(cudaEventDestroy(e0));
   CHECK_CUDA(cudaEventDestroy(e1));
   return median(ms);
+}
+
+// Median ms of one streaming read of `bytes` (cold L2, 8 CTAs of 256 threads per SM, 16-byte
+// loads): what any kernel that must read those bytes once can hope for, launch and ramp
+// included. 0 when the buffer does not fit.
+template <typename Flush>
+float read_floor_ms(size_t bytes, int n_sm, int iters, Flush&& flush) {
+  Allocs a;
+  const size_t n = (bytes + 15) / 16;
+  void* buf = a.get(n * 16);
+  if (!a.ok) return 0.f;
+  fill(buf, n * 16, 7);
+  const unsigned grid = unsigned(8 * std::max(n_sm, 1));
+  return median_ms(3, iters, flush, [&] {
+    read_through<<<grid, 256>>>(static_cast<const uint4*>(buf), n, 0x9e3779b9u, static_cast<uint32_t*>(buf));
+    CHECK_CUDA(cudaGetLastError());
+  });
 }
 
 // Device-to-device copy bandwidth, counted as (bytes read + bytes written) / time.

@@ -29,7 +29,7 @@ def median_ms(fn, iters, flush):
     for _ in range(3):
         fn()
     for i in range(iters):
-        flush.add_(1)  # touches more than the L2 between launches
+        flush()
         starts[i].record()
         fn()
         ends[i].record()
@@ -92,12 +92,22 @@ def main():
     ap.add_argument("--json", required=True)
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--iters", type=int, default=25)
+    ap.add_argument("--flush", choices=["read", "write"], default="read",
+                    help="empty the L2 before each launch by reading a buffer twice its size (no dirty "
+                         "lines left to write back during the timed launch) or by writing it")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 1
     prop = torch.cuda.get_device_properties(0)
-    flush = torch.empty(2 * max(prop.L2_cache_size, 64 << 20) // 4, dtype=torch.float32, device="cuda")
+    flush_buf = torch.zeros(2 * max(prop.L2_cache_size, 64 << 20) // 4, dtype=torch.float32, device="cuda")
+    sink = torch.empty((), dtype=torch.float32, device="cuda")
+    if args.flush == "read":
+        def flush():
+            torch.sum(flush_buf, out=sink)  # reads the buffer, writes one float
+    else:
+        def flush():
+            flush_buf.add_(1)
     copy = copy_gbps(args.iters, flush)
     print(f"device {prop.name}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}")
     print(f"copy bandwidth (D2D 1 GiB, read+write bytes / time): {copy:.1f} GB/s")

@@ -615,6 +615,11 @@ __global__ void __launch_bounds__(kThreads, hist_ctas_per_sm(kMaxGroup))
 // (3 at GQA 8), which is also what its shared memory allows.
 constexpr int split_ctas_per_sm(int max_group) { return max_group <= 4 ? 4 : 3; }
 
+// The history walk pairs slabs at GQA 3–4, where half of the MMA's 8 columns are padding
+// (at GQA ≤ 2 pairing would fit too, but its registers spill at 128).
+template <int kMaxGroup>
+constexpr int kHistPair = kMaxGroup == 4 ? 2 : 1;
+
 template <int kBits, int kDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads, split_ctas_per_sm(kMaxGroup))
     decode_split_kernel(const DecodeAttentionParams p, int gb_log2, int n_window_slots, int n_slots) {
@@ -622,7 +627,7 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm(kMaxGroup))
   if (x < n_window_slots)
     decode_chunk<kBits, kDim, kMaxGroup>(p, gb_log2, x, kWindowChunkKeys, x, n_slots, true);
   else
-    decode_history_mma<kBits, kDim>(p, x - n_window_slots, x, n_slots);
+    decode_history_mma<kBits, kDim, kHistPair<kMaxGroup>>(p, x - n_window_slots, x, n_slots);
 }
 
 // grid (n_heads, B), kMergeThreads threads: out = Σ_c 2^(m_c − M)·o_c / Σ_c 2^(m_c − M)·l_c

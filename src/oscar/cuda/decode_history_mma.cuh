@@ -137,7 +137,8 @@ __device__ __forceinline__ void write_empty_partial(const DecodeAttentionParams&
 
 // History rows [chunk·chunk_keys, …) of sequence blockIdx.z, KV head blockIdx.y (row r is
 // token S + r); partial written to `slot` of n_slots.
-template <int kBits, int kDim>
+// kPair = 2 (GQA ≤ 4 only) processes slabs in pairs, the second against q' in columns 4–7.
+template <int kBits, int kDim, int kPair>
 __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, int slot, int n_slots) {
   using M = MmaGeometry<kBits, kDim>;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -247,20 +248,38 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
     }
   qsum += __shfl_xor_sync(0xffffffffu, qsum, 1);
   qsum += __shfl_xor_sync(0xffffffffu, qsum, 2);
+  // With pairing, slab 2j + 1 of each pair meets a copy of q' in columns 4–7 (q'_B: head
+  // g − 4 in lane group g ≥ 4, zeros below), so that its scores land in the C fragments'
+  // columns 4–7, which hold padding at GQA ≤ 4: the threads of lanes t = 2, 3 then hold
+  // the scores of slab 2j + 1 and every step of the softmax works on real heads.
+  uint32_t qf_b[kPair == 2 ? M::kBlocks : 1][2];
+  if constexpr (kPair == 2) {
+#pragma unroll
+    for (int kb = 0; kb < M::kBlocks; ++kb)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t up = __shfl_up_sync(0xffffffffu, qf[kb][r], 16);  // from lane group g − 4
+        qf_b[kb][r] = g >= 4 ? up : 0u;
+      }
+  }
+  // This thread's slab within a pair (ls) and its heads hb, hb + 1 in C fragments.
+  const int ls = kPair == 2 ? t >> 1 : 0;
+  const int hb = kPair == 2 ? 2 * (t & 1) : 2 * t;
   // score = (s·2^24·Σq'c − s·z·Σq')·2^e = (s·Σq'c)·qa − (s·z)·qz for this thread's heads
-  // 2t, 2t+1, whose sums and exponents live in quads 2t and 2t+1.
+  // hb, hb + 1, whose sums and exponents live in quads hb and hb + 1.
   const float qinv = ldexpf(1.0f, e);
   float qa[2], qz[2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
-    const int src = 4 * (2 * t + hh);
+    const int src = 4 * (hb + hh);
     const float inv = __shfl_sync(0xffffffffu, qinv, src), sum = __shfl_sync(0xffffffffu, qsum, src);
     qa[hh] = inv * 16777216.0f;
     qz[hh] = sum * inv;
   }
 
-  // Running state for heads 2t, 2t+1: max m (log2 units), this thread's share of l and of
-  // Σ p·s_V·z_V, and O^T fragments (m-tile mt: rows g, g+8 × heads 2t, 2t+1).
+  // Running state for heads hb, hb + 1: max m (log2 units), this thread's share of l and of
+  // Σ p·s_V·z_V, and O^T fragments (m-tile mt: rows g, g+8 × columns 2t, 2t+1; with
+  // pairing, columns 4–7 gather slab 2j + 1's share of heads 0–3, added at the end).
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, z_run[2] = {0.0f, 0.0f};
   float acc[M::kBlocks][4];
 #pragma unroll
@@ -268,6 +287,7 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
 #pragma unroll
     for (int e4 = 0; e4 < 4; ++e4) acc[mt][e4] = 0.0f;
 
+  constexpr int kGroups = M::kSlabsPerStep / kPair;  // slab pairs (or single slabs) per step
   for (int step = 0; step < n_steps; ++step) {
     if (step + M::kStages - 1 < n_steps) issue(step + M::kStages - 1);
     mbar_wait(bars + step % M::kStages, unsigned(step / M::kStages) & 1u);
@@ -278,53 +298,65 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
     // A step whose rows all lie in the chunk (all but the last) skips the masking.
     const auto compute = [&](auto full_tag) {
       constexpr bool kFull = decltype(full_tag)::value;
-      // Scores of the step's tokens: sc[page][e], e = (row g | g+8) × (head 2t | 2t+1).
-      float sc[M::kSlabsPerStep][4];
-      bool valid[M::kSlabsPerStep][2];
+      // Scores of this thread's tokens: sc[j][e], e = (row g | g+8) × (head hb | hb+1) of
+      // slab kPair·j + ls.
+      float sc[kGroups][4];
+      bool valid[kGroups][2];
   #pragma unroll
-      for (int pg = 0; pg < M::kSlabsPerStep; ++pg) {
-        const uint8_t* kp = kbuf + pg * M::kSlabBytes;
-        uint32_t wa[M::kQkWords], wb[M::kQkWords], wa_hi[M::kQkWords], wb_hi[M::kQkWords];
-  #pragma unroll
-        for (int w = 0; w < M::kQkWords; ++w) {
-          wa[w] = lds32(kp + g * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
-          wb[w] = lds32(kp + (g + 8) * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
-          wa_hi[w] = wa[w] >> M::kHighShift;
-          wb_hi[w] = wb[w] >> M::kHighShift;
-        }
-        // Two accumulators halve the chain of dependent MMAs.
+      for (int j = 0; j < kGroups; ++j) {
+        // Two accumulators halve the chain of dependent MMAs: one per slab of a pair, or
+        // alternate k-blocks of a single slab.
         float c2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
   #pragma unroll
-        for (int kb = 0; kb < M::kBlocks; ++kb) {
-          const int i0 = 2 * kb, i1 = 2 * kb + 1;
-          const int w0 = i0 / M::kHalf2PerWord, k0 = i0 % M::kHalf2PerWord;
-          const int w1 = i1 / M::kHalf2PerWord, k1 = i1 % M::kHalf2PerWord;
-          mma_16816(c2[kb & 1], code_pair<M>(wa[w0], wa_hi[w0], k0), code_pair<M>(wb[w0], wb_hi[w0], k0),
-                    code_pair<M>(wa[w1], wa_hi[w1], k1), code_pair<M>(wb[w1], wb_hi[w1], k1), qf[kb][0], qf[kb][1]);
+        for (int sl = 0; sl < kPair; ++sl) {
+          const uint8_t* kp = kbuf + (kPair * j + sl) * M::kSlabBytes;
+          uint32_t wa[M::kQkWords], wb[M::kQkWords], wa_hi[M::kQkWords], wb_hi[M::kQkWords];
+  #pragma unroll
+          for (int w = 0; w < M::kQkWords; ++w) {
+            wa[w] = lds32(kp + g * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
+            wb[w] = lds32(kp + (g + 8) * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
+            wa_hi[w] = wa[w] >> M::kHighShift;
+            wb_hi[w] = wb[w] >> M::kHighShift;
+          }
+  #pragma unroll
+          for (int kb = 0; kb < M::kBlocks; ++kb) {
+            const int i0 = 2 * kb, i1 = 2 * kb + 1;
+            const int w0 = i0 / M::kHalf2PerWord, k0 = i0 % M::kHalf2PerWord;
+            const int w1 = i1 / M::kHalf2PerWord, k1 = i1 % M::kHalf2PerWord;
+            const uint32_t b0 = kPair == 2 && sl == 1 ? qf_b[kPair == 2 ? kb : 0][0] : qf[kb][0];
+            const uint32_t b1 = kPair == 2 && sl == 1 ? qf_b[kPair == 2 ? kb : 0][1] : qf[kb][1];
+            mma_16816(c2[kPair == 2 ? sl : kb & 1], code_pair<M>(wa[w0], wa_hi[w0], k0),
+                      code_pair<M>(wb[w0], wb_hi[w0], k0), code_pair<M>(wa[w1], wa_hi[w1], k1),
+                      code_pair<M>(wb[w1], wb_hi[w1], k1), b0, b1);
+          }
         }
         const float c[4] = {c2[0][0] + c2[1][0], c2[0][1] + c2[1][1], c2[0][2] + c2[1][2], c2[0][3] + c2[1][3]};
+        const int slab = kPair * j + ls;
+        const uint8_t* kp = kbuf + slab * M::kSlabBytes;
   #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
           const int row = g + 8 * rr;
-          const int r = row_base + pg * M::kSlabRows + row;
-          valid[pg][rr] = kFull || r < r1;  // r >= r0: chunks start on a page
+          const int r = row_base + slab * M::kSlabRows + row;
+          valid[j][rr] = kFull || r < r1;  // r >= r0: chunks start on a page
           const uint32_t sz = lds32(kp + row * M::kRowBytes + M::kCodeBytes);
           const float s = half_lo(sz), zs = s * half_hi(sz);
   #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const float v = fmaf(s * c[2 * rr + hh], qa[hh], -zs * qz[hh]);
-            sc[pg][2 * rr + hh] = valid[pg][rr] ? v : -INFINITY;
+            sc[j][2 * rr + hh] = valid[j][rr] ? v : -INFINITY;
           }
         }
       }
 
-      // Online softmax over the step, per head: max across the 8 lane groups.
+      // Online softmax over the step, per head: max across the lane groups (and the two
+      // slabs of a pair, held by lanes t and t ^ 2).
       float alpha[2];
   #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         float mx = -INFINITY;
   #pragma unroll
-        for (int pg = 0; pg < M::kSlabsPerStep; ++pg) mx = fmaxf(mx, fmaxf(sc[pg][hh], sc[pg][2 + hh]));
+        for (int j = 0; j < kGroups; ++j) mx = fmaxf(mx, fmaxf(sc[j][hh], sc[j][2 + hh]));
+        if constexpr (kPair == 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
@@ -345,57 +377,65 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
       }
 
   #pragma unroll
-      for (int pg = 0; pg < M::kSlabsPerStep; ++pg) {
-        const uint8_t* vp = vbuf + pg * M::kSlabBytes;
-        // P'^T B fragments: p·s_V rounded to f16, transposed from (token, head) to (head, token).
+      for (int j = 0; j < kGroups; ++j) {
+        // P'^T B fragments: p·s_V rounded to f16, transposed from (token, column) to
+        // (column, token). With pairing, lane groups g < 4 then hold slab 2j's weights and
+        // g >= 4 slab 2j + 1's; each slab's MMA takes its own half, zeros in the other.
+        const uint8_t* vp_mine = vbuf + (kPair * j + ls) * M::kSlabBytes;
         uint32_t pr[2];
   #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
           const int row = g + 8 * rr;
-          const uint32_t sz = lds32(vp + row * M::kRowBytes + M::kCodeBytes);
+          const uint32_t sz = lds32(vp_mine + row * M::kRowBytes + M::kCodeBytes);
           const float s = half_lo(sz), z = half_hi(sz);
           float pw[2];
   #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
-            const float pe = valid[pg][rr] ? fast_exp2(sc[pg][2 * rr + hh] - m_run[hh]) : 0.0f;
+            const float pe = valid[j][rr] ? fast_exp2(sc[j][2 * rr + hh] - m_run[hh]) : 0.0f;
             l_run[hh] += pe;
-            pw[hh] = valid[pg][rr] ? pe * s : 0.0f;
+            pw[hh] = valid[j][rr] ? pe * s : 0.0f;
           }
           pr[rr] = pack_half2(pw[0], pw[1]);
-          if (valid[pg][rr]) {
+          if (valid[j][rr]) {
             z_run[0] = fmaf(half_lo(pr[rr]), z, z_run[0]);
             z_run[1] = fmaf(half_hi(pr[rr]), z, z_run[1]);
           }
         }
-        const uint32_t b0 = transpose8x8(pr[0]), b1 = transpose8x8(pr[1]);
-        // C_V^T A fragments: codes of dims (g-th share of the row) × tokens (2t, 2t+1 | 2t+8, 2t+9).
-        uint32_t x[2][M::kPvHalves], x_hi[2][M::kPvHalves];  // [token pair][half]: (token 2t·, 2t·+1)
+        const uint32_t bt0 = transpose8x8(pr[0]), bt1 = transpose8x8(pr[1]);
   #pragma unroll
-        for (int pair = 0; pair < 2; ++pair) {
-          const uint8_t* ra = vp + (2 * t + 8 * pair) * M::kRowBytes + g * (M::kCodeBytes / 8);
-          const uint8_t* rb = ra + M::kRowBytes;
-          if constexpr (M::kPvHalves == 1) {
-            x[pair][0] = lds16(ra) | (lds16(rb) << 16);
-          } else {
+        for (int sl = 0; sl < kPair; ++sl) {
+          const uint8_t* vp = vbuf + (kPair * j + sl) * M::kSlabBytes;
+          const bool mine = kPair == 1 || (g >= 4) == (sl == 1);
+          const uint32_t b0 = mine ? bt0 : 0u, b1 = mine ? bt1 : 0u;
+          // C_V^T A fragments: codes of dims (g-th share of the row) × tokens (2t, 2t+1 | 2t+8, 2t+9).
+          uint32_t x[2][M::kPvHalves], x_hi[2][M::kPvHalves];  // [token pair][half]: (token 2t·, 2t·+1)
   #pragma unroll
-            for (int w = 0; w < M::kPvHalves / 2; ++w) {
-              const uint32_t a = lds32(ra + 4 * w), bw = lds32(rb + 4 * w);
-              x[pair][2 * w] = __byte_perm(a, bw, 0x5410);
-              x[pair][2 * w + 1] = __byte_perm(a, bw, 0x7632);
+          for (int pair = 0; pair < 2; ++pair) {
+            const uint8_t* ra = vp + (2 * t + 8 * pair) * M::kRowBytes + g * (M::kCodeBytes / 8);
+            const uint8_t* rb = ra + M::kRowBytes;
+            if constexpr (M::kPvHalves == 1) {
+              x[pair][0] = lds16(ra) | (lds16(rb) << 16);
+            } else {
+  #pragma unroll
+              for (int w = 0; w < M::kPvHalves / 2; ++w) {
+                const uint32_t a = lds32(ra + 4 * w), bw = lds32(rb + 4 * w);
+                x[pair][2 * w] = __byte_perm(a, bw, 0x5410);
+                x[pair][2 * w + 1] = __byte_perm(a, bw, 0x7632);
+              }
             }
           }
-        }
   #pragma unroll
-        for (int pair = 0; pair < 2; ++pair)
+          for (int pair = 0; pair < 2; ++pair)
   #pragma unroll
-          for (int hf = 0; hf < M::kPvHalves; ++hf) x_hi[pair][hf] = x[pair][hf] >> M::kHighShift;
+            for (int hf = 0; hf < M::kPvHalves; ++hf) x_hi[pair][hf] = x[pair][hf] >> M::kHighShift;
   #pragma unroll
-        for (int mt = 0; mt < M::kBlocks; ++mt) {
-          const int i0 = 2 * mt, i1 = 2 * mt + 1;
-          const int h0 = i0 / M::kHalf2PerWord, k0 = i0 % M::kHalf2PerWord;
-          const int h1 = i1 / M::kHalf2PerWord, k1 = i1 % M::kHalf2PerWord;
-          mma_16816(acc[mt], code_pair<M>(x[0][h0], x_hi[0][h0], k0), code_pair<M>(x[0][h1], x_hi[0][h1], k1),
-                    code_pair<M>(x[1][h0], x_hi[1][h0], k0), code_pair<M>(x[1][h1], x_hi[1][h1], k1), b0, b1);
+          for (int mt = 0; mt < M::kBlocks; ++mt) {
+            const int i0 = 2 * mt, i1 = 2 * mt + 1;
+            const int h0 = i0 / M::kHalf2PerWord, k0 = i0 % M::kHalf2PerWord;
+            const int h1 = i1 / M::kHalf2PerWord, k1 = i1 % M::kHalf2PerWord;
+            mma_16816(acc[mt], code_pair<M>(x[0][h0], x_hi[0][h0], k0), code_pair<M>(x[0][h1], x_hi[0][h1], k1),
+                      code_pair<M>(x[1][h0], x_hi[1][h0], k0), code_pair<M>(x[1][h1], x_hi[1][h1], k1), b0, b1);
+          }
         }
       }
     };
@@ -406,16 +446,19 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
     __syncwarp();  // every lane is done with this stage before it is refilled
   }
 
-  // This warp's totals over its lane groups, then the CTA's: the 4 warps merged in shared memory.
+  // This warp's totals over its lane groups (l also over the two slabs of a pair: z stays
+  // per column, as it is subtracted there), then the CTA's: the 4 warps merged in shared memory.
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh)
+  for (int hh = 0; hh < 2; ++hh) {
 #pragma unroll
     for (int off = 4; off < 32; off *= 2) {
       l_run[hh] += __shfl_xor_sync(0xffffffffu, l_run[hh], off);
       z_run[hh] += __shfl_xor_sync(0xffffffffu, z_run[hh], off);
     }
+    if constexpr (kPair == 2) l_run[hh] += __shfl_xor_sync(0xffffffffu, l_run[hh], 2);
+  }
   __syncthreads();  // all warps are done with the stage buffers
-  float* red = reinterpret_cast<float*>(smem);  // [warp][head][d]
+  float* red = reinterpret_cast<float*>(smem);  // [warp][column][d]
   float* wm = reinterpret_cast<float*>(smem + M::kWarpStatOff);
   float* wl = wm + M::kWarps * M::kMaxGroup;
 #pragma unroll
@@ -429,11 +472,11 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
       for (int hh = 0; hh < 2; ++hh)
         red[(warp * M::kMaxGroup + 2 * t + hh) * kDim + dim] = acc[mt][2 * rr + hh] * unscale - z_run[hh];
     }
-  if (g == 0) {
+  if (g == 0 && (kPair == 1 || t < 2)) {
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      wm[warp * M::kMaxGroup + 2 * t + hh] = m_run[hh];
-      wl[warp * M::kMaxGroup + 2 * t + hh] = l_run[hh];
+      wm[warp * M::kMaxGroup + hb + hh] = m_run[hh];
+      wl[warp * M::kMaxGroup + hb + hh] = l_run[hh];
     }
   }
   __syncthreads();
@@ -449,7 +492,9 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
     for (int w = 0; w < M::kWarps; ++w) {
       const float mw = wm[w * M::kMaxGroup + h];
       const float f = mw == -INFINITY ? 0.0f : exp2f(mw - m);
-      o = fmaf(f, red[(w * M::kMaxGroup + h) * kDim + x], o);
+      float ow = red[(w * M::kMaxGroup + h) * kDim + x];
+      if constexpr (kPair == 2) ow += red[(w * M::kMaxGroup + h + 4) * kDim + x];  // slab 2j + 1's share
+      o = fmaf(f, ow, o);
       l = fmaf(f, wl[w * M::kMaxGroup + h], l);
     }
     part_o[((head0 + h) * n_slots + slot) * kDim + x] = o;
