@@ -104,7 +104,7 @@ def main():
     sink = torch.empty((), dtype=torch.float32, device="cuda")
     if args.flush == "read":
         def flush():
-            torch.sum(flush_buf, out=sink)  # reads the buffer, writes one float
+            torch.sum(flush_buf, dim=0, out=sink)  # reads the buffer, writes one float
     else:
         def flush():
             flush_buf.add_(1)
@@ -132,6 +132,7 @@ def main():
         "cudnn": torch.backends.cudnn.version(),
         "copy_gbps": copy,
         "shape": {"n_heads": HEADS, "n_kv_heads": KV_HEADS, "head_dim": DIM, "queries_per_sequence": 1},
+        "flush": args.flush,
         "rows": rows,
     }
     with open(args.json, "w") as f:
