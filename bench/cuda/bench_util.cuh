@@ -64,6 +64,12 @@ __global__ void read_through(const uint4* p, size_t n, uint32_t never, uint32_t*
   if (x == never) *sink = x;
 }
 
+// Reads n16 16-byte words of buf with `grid` CTAs of 256 threads (nothing is written).
+void stream_read(void* buf, size_t n16, unsigned grid) {
+  read_through<<<grid, 256>>>(static_cast<const uint4*>(buf), n16, 0x9e3779b9u, static_cast<uint32_t*>(buf));
+  CHECK_CUDA(cudaGetLastError());
+}
+
 // A cold L2 before each timed launch. `read` (the default) reads the buffer; otherwise it
 // is overwritten by a memset (what earlier results used: its dirty lines are written back
 // while the timed kernel runs).
@@ -74,8 +80,7 @@ struct L2Flush {
   int count = 0;
   void operator()() {
     if (read) {
-      read_through<<<1024, 256>>>(static_cast<const uint4*>(buf), bytes / 16, 0x9e3779b9u, static_cast<uint32_t*>(buf));
-      CHECK_CUDA(cudaGetLastError());
+      stream_read(buf, bytes / 16, 1024);
     } else {
       CHECK_CUDA(cudaMemsetAsync(buf, count++ & 0xff, bytes));
     }
@@ -122,10 +127,7 @@ float read_floor_ms(size_t bytes, int n_sm, int iters, Flush&& flush) {
   if (!a.ok) return 0.f;
   fill(buf, n * 16, 7);
   const unsigned grid = unsigned(8 * std::max(n_sm, 1));
-  return median_ms(3, iters, flush, [&] {
-    read_through<<<grid, 256>>>(static_cast<const uint4*>(buf), n, 0x9e3779b9u, static_cast<uint32_t*>(buf));
-    CHECK_CUDA(cudaGetLastError());
-  });
+  return median_ms(3, iters, flush, [&] { stream_read(buf, n, grid); });
 }
 
 // Device-to-device copy bandwidth, counted as (bytes read + bytes written) / time.

@@ -252,7 +252,7 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
   // g − 4 in lane group g ≥ 4, zeros below), so that its scores land in the C fragments'
   // columns 4–7, which hold padding at GQA ≤ 4: the threads of lanes t = 2, 3 then hold
   // the scores of slab 2j + 1 and every step of the softmax works on real heads.
-  uint32_t qf_b[kPair == 2 ? M::kBlocks : 1][2];
+  uint32_t qf_b[M::kBlocks][2];  // unused (and dropped by the compiler) without pairing
   if constexpr (kPair == 2) {
 #pragma unroll
     for (int kb = 0; kb < M::kBlocks; ++kb)
@@ -323,8 +323,8 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
             const int i0 = 2 * kb, i1 = 2 * kb + 1;
             const int w0 = i0 / M::kHalf2PerWord, k0 = i0 % M::kHalf2PerWord;
             const int w1 = i1 / M::kHalf2PerWord, k1 = i1 % M::kHalf2PerWord;
-            const uint32_t b0 = kPair == 2 && sl == 1 ? qf_b[kPair == 2 ? kb : 0][0] : qf[kb][0];
-            const uint32_t b1 = kPair == 2 && sl == 1 ? qf_b[kPair == 2 ? kb : 0][1] : qf[kb][1];
+            const uint32_t b0 = sl == 1 ? qf_b[kb][0] : qf[kb][0];  // sl = 1 only with pairing
+            const uint32_t b1 = sl == 1 ? qf_b[kb][1] : qf[kb][1];
             mma_16816(c2[kPair == 2 ? sl : kb & 1], code_pair<M>(wa[w0], wa_hi[w0], k0),
                       code_pair<M>(wb[w0], wb_hi[w0], k0), code_pair<M>(wa[w1], wa_hi[w1], k1),
                       code_pair<M>(wb[w1], wb_hi[w1], k1), b0, b1);
