@@ -61,7 +61,6 @@ __global__ void gather_tables(const int32_t* src, const int32_t* slots, int32_t*
     dst[int64_t(b) * stride + i] = row[i];
 }
 
-
 // Replaces *buf with a block of `need` bytes (the contents are not kept; the old block is
 // freed first, so the two never coexist). A failed allocation leaves it null and names
 // `what` and the size.
