@@ -620,14 +620,22 @@ constexpr int split_ctas_per_sm(int max_group) { return max_group <= 4 ? 4 : 3; 
 template <int kMaxGroup>
 constexpr int kHistPair = kMaxGroup == 4 ? 2 : 1;
 
-template <int kBits, int kDim, int kMaxGroup>
+// A grid under one wave (a few long sequences) leaves 2–3 warps per scheduler, and the walk
+// is then bound by the latency of each step's dependency chains: the pipelined walk overlaps
+// step s + 1's scores with step s's softmax and P·V (H100, (1, 128K): 4 % faster). With
+// whole waves it is 1–2 % slower (one stage less lookahead), so those keep the plain walk.
+// Instantiated only where measured: INT2 at GQA 3–4 (elsewhere its registers spill).
+template <int kBits, int kMaxGroup>
+constexpr bool kHasPipelinedWalk = kBits == 2 && kMaxGroup == 4;
+
+template <int kBits, int kDim, int kMaxGroup, bool kPipelined>
 __global__ void __launch_bounds__(kThreads, split_ctas_per_sm(kMaxGroup))
     decode_split_kernel(const DecodeAttentionParams p, int gb_log2, int n_window_slots, int n_slots) {
   const int x = blockIdx.x;
   if (x < n_window_slots)
     decode_chunk<kBits, kDim, kMaxGroup>(p, gb_log2, x, kWindowChunkKeys, x, n_slots, true);
   else
-    decode_history_mma<kBits, kDim, kHistPair<kMaxGroup>>(p, x - n_window_slots, x, n_slots);
+    decode_history_mma<kBits, kDim, kHistPair<kMaxGroup>, kPipelined>(p, x - n_window_slots, x, n_slots);
 }
 
 // grid (n_heads, B), kMergeThreads threads: out = Σ_c 2^(m_c − M)·o_c / Σ_c 2^(m_c − M)·l_c
@@ -745,6 +753,37 @@ void allow_smem(size_t bytes) {
   check_cuda(attr, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
 }
 
+// CTAs of the tensor-core split kernel one SM holds (registers and shared memory limit it);
+// 0 when the runtime cannot tell.
+template <int kBits, int kDim, int kMaxGroup>
+int split_ctas_per_sm() {
+  using Geo = Geometry<kBits, kDim, kMaxGroup>;
+  using M = MmaGeometry<kBits, kDim>;
+  constexpr size_t kSmem = Geo::kSmemBytes > size_t(M::kSmemBytes) ? Geo::kSmemBytes : size_t(M::kSmemBytes);
+  allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup, false>>(kSmem);  // else > 48 KB reads as 0 CTAs
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<kBits, kDim, kMaxGroup, false>, kThreads, kSmem) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+// Whether a split grid of n_ctas fits in one wave of resident CTAs on the current device.
+// Both walks have the same registers and shared memory, so the plain kernel's occupancy
+// stands for both (queried once per process, like allow_smem: one kind of GPU).
+template <int kBits, int kDim, int kMaxGroup>
+bool split_grid_under_one_wave(int64_t n_ctas) {
+  static const int per_sm = split_ctas_per_sm<kBits, kDim, kMaxGroup>();
+  int dev = 0, n_sm = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return per_sm > 0 && n_ctas <= int64_t(per_sm) * n_sm;
+}
+
 template <int kBits, int kDim, int kMaxGroup>
 void launch(const DecodeAttentionParams& p, cudaStream_t stream) {
   using Geo = Geometry<kBits, kDim, kMaxGroup>;
@@ -757,9 +796,19 @@ void launch(const DecodeAttentionParams& p, cudaStream_t stream) {
       if (uses_split(p)) {
         using M = MmaGeometry<kBits, kDim>;
         constexpr size_t kSmem = Geo::kSmemBytes > size_t(M::kSmemBytes) ? Geo::kSmemBytes : size_t(M::kSmemBytes);
-        allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup>>(kSmem);
-        decode_split_kernel<kBits, kDim, kMaxGroup>
-            <<<grid, kThreads, kSmem, stream>>>(p, gb_log2, int(slots.window), n_slots);
+        const int window = int(slots.window);
+        bool pipelined = false;
+        if constexpr (kHasPipelinedWalk<kBits, kMaxGroup>)
+          pipelined = split_grid_under_one_wave<kBits, kDim, kMaxGroup>(int64_t(n_slots) * p.n_kv_heads * p.batch);
+        if (pipelined) {
+          if constexpr (kHasPipelinedWalk<kBits, kMaxGroup>) {
+            allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup, true>>(kSmem);
+            decode_split_kernel<kBits, kDim, kMaxGroup, true><<<grid, kThreads, kSmem, stream>>>(p, gb_log2, window, n_slots);
+          }
+        } else {
+          allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup, false>>(kSmem);
+          decode_split_kernel<kBits, kDim, kMaxGroup, false><<<grid, kThreads, kSmem, stream>>>(p, gb_log2, window, n_slots);
+        }
         check_cuda(cudaGetLastError(), "decode_split_kernel launch");
       }
     }
@@ -792,23 +841,6 @@ template <int kBits>
 void dispatch_dim(const DecodeAttentionParams& p, cudaStream_t stream) {
   if (p.head_dim == 64) return dispatch_group<kBits, 64>(p, stream);
   return dispatch_group<kBits, 128>(p, stream);
-}
-
-// CTAs of the tensor-core split kernel one SM holds (registers and shared memory limit it);
-// 0 when the runtime cannot tell.
-template <int kBits, int kDim, int kMaxGroup>
-int split_ctas_per_sm() {
-  using Geo = Geometry<kBits, kDim, kMaxGroup>;
-  using M = MmaGeometry<kBits, kDim>;
-  constexpr size_t kSmem = Geo::kSmemBytes > size_t(M::kSmemBytes) ? Geo::kSmemBytes : size_t(M::kSmemBytes);
-  allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup>>(kSmem);  // else > 48 KB reads as 0 CTAs
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<kBits, kDim, kMaxGroup>, kThreads, kSmem) !=
-      cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
 }
 
 template <int kBits, int kDim>

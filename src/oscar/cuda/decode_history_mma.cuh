@@ -94,6 +94,13 @@ __device__ __forceinline__ int pv_dim(int g, int i) {
   return byte + (k % M::kCodesPerByte) * M::kCodeBytes;
 }
 
+// A step's scores (sc[j][e]) and which of its rows lie in the chunk, for kGroups slab groups.
+template <int kGroups>
+struct StepScores {
+  float sc[kGroups][4];
+  bool valid[kGroups][2];
+};
+
 __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                           uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -138,7 +145,8 @@ __device__ __forceinline__ void write_empty_partial(const DecodeAttentionParams&
 // History rows [chunk·chunk_keys, …) of sequence blockIdx.z, KV head blockIdx.y (row r is
 // token S + r); partial written to `slot` of n_slots.
 // kPair = 2 (GQA ≤ 4 only) processes slabs in pairs, the second against q' in columns 4–7.
-template <int kBits, int kDim, int kPair>
+// kPipelined computes step s + 1's scores beside step s's softmax and P·V (see the walk).
+template <int kBits, int kDim, int kPair, bool kPipelined>
 __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, int slot, int n_slots) {
   using M = MmaGeometry<kBits, kDim>;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -248,18 +256,17 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
     }
   qsum += __shfl_xor_sync(0xffffffffu, qsum, 1);
   qsum += __shfl_xor_sync(0xffffffffu, qsum, 2);
-  // With pairing, slab 2j + 1 of each pair meets a copy of q' in columns 4–7 (q'_B: head
-  // g − 4 in lane group g ≥ 4, zeros below), so that its scores land in the C fragments'
-  // columns 4–7, which hold padding at GQA ≤ 4: the threads of lanes t = 2, 3 then hold
-  // the scores of slab 2j + 1 and every step of the softmax works on real heads.
-  uint32_t qf_b[M::kBlocks][2];  // unused (and dropped by the compiler) without pairing
+  // With pairing, lane groups g >= 4 (padding at GQA <= 4) take a copy of head g - 4's q',
+  // so each slab's product holds the group's scores twice: in columns 0-3 and again in
+  // 4-7. Slab 2j's are kept from columns 0-3 (lanes t = 0, 1) and slab 2j + 1's from
+  // columns 4-7 (t = 2, 3), so every step of the softmax works on real heads.
   if constexpr (kPair == 2) {
 #pragma unroll
     for (int kb = 0; kb < M::kBlocks; ++kb)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint32_t up = __shfl_up_sync(0xffffffffu, qf[kb][r], 16);  // from lane group g − 4
-        qf_b[kb][r] = g >= 4 ? up : 0u;
+        const uint32_t up = __shfl_up_sync(0xffffffffu, qf[kb][r], 16);  // from lane group g - 4
+        if (g >= 4) qf[kb][r] = up;
       }
   }
   // This thread's slab within a pair (ls) and its heads hb, hb + 1 in C fragments.
@@ -288,162 +295,212 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
     for (int e4 = 0; e4 < 4; ++e4) acc[mt][e4] = 0.0f;
 
   constexpr int kGroups = M::kSlabsPerStep / kPair;  // slab pairs (or single slabs) per step
-  for (int step = 0; step < n_steps; ++step) {
-    if (step + M::kStages - 1 < n_steps) issue(step + M::kStages - 1);
-    mbar_wait(bars + step % M::kStages, unsigned(step / M::kStages) & 1u);
+  // A step is two pieces: its scores (qk), then its softmax and P·V (softmax_pv). Scores:
+  // sc[j][e], e = (row g | g+8) × (head hb | hb+1) of slab kPair·j + ls; a step whose rows
+  // all lie in the chunk (all but a warp's last) skips the masking.
+  const auto qk = [&](int step, auto full_tag, StepScores<kGroups>& out) {
+    auto& sc = out.sc;
+    auto& valid = out.valid;
+    constexpr bool kFull = decltype(full_tag)::value;
     const uint8_t* kbuf = wbuf + (step % M::kStages) * M::kStepBytes;
-    const uint8_t* vbuf = kbuf + M::kStepRowBytes;
     const int row_base = step_row(step);
-
-    // A step whose rows all lie in the chunk (all but the last) skips the masking.
-    const auto compute = [&](auto full_tag) {
-      constexpr bool kFull = decltype(full_tag)::value;
-      // Scores of this thread's tokens: sc[j][e], e = (row g | g+8) × (head hb | hb+1) of
-      // slab kPair·j + ls.
-      float sc[kGroups][4];
-      bool valid[kGroups][2];
-  #pragma unroll
-      for (int j = 0; j < kGroups; ++j) {
-        // Two accumulators halve the chain of dependent MMAs: one per slab of a pair, or
-        // alternate k-blocks of a single slab.
-        float c2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-  #pragma unroll
-        for (int sl = 0; sl < kPair; ++sl) {
-          const uint8_t* kp = kbuf + (kPair * j + sl) * M::kSlabBytes;
-          uint32_t wa[M::kQkWords], wb[M::kQkWords], wa_hi[M::kQkWords], wb_hi[M::kQkWords];
-  #pragma unroll
-          for (int w = 0; w < M::kQkWords; ++w) {
-            wa[w] = lds32(kp + g * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
-            wb[w] = lds32(kp + (g + 8) * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
-            wa_hi[w] = wa[w] >> M::kHighShift;
-            wb_hi[w] = wb[w] >> M::kHighShift;
-          }
-  #pragma unroll
-          for (int kb = 0; kb < M::kBlocks; ++kb) {
-            const int i0 = 2 * kb, i1 = 2 * kb + 1;
-            const int w0 = i0 / M::kHalf2PerWord, k0 = i0 % M::kHalf2PerWord;
-            const int w1 = i1 / M::kHalf2PerWord, k1 = i1 % M::kHalf2PerWord;
-            const uint32_t b0 = sl == 1 ? qf_b[kb][0] : qf[kb][0];  // sl = 1 only with pairing
-            const uint32_t b1 = sl == 1 ? qf_b[kb][1] : qf[kb][1];
-            mma_16816(c2[kPair == 2 ? sl : kb & 1], code_pair<M>(wa[w0], wa_hi[w0], k0),
-                      code_pair<M>(wb[w0], wb_hi[w0], k0), code_pair<M>(wa[w1], wa_hi[w1], k1),
-                      code_pair<M>(wb[w1], wb_hi[w1], k1), b0, b1);
-          }
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) {
+      // Two accumulators halve the chain of dependent MMAs: one per slab of a pair, or
+      // alternate k-blocks of a single slab.
+      float c2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+      for (int sl = 0; sl < kPair; ++sl) {
+        const uint8_t* kp = kbuf + (kPair * j + sl) * M::kSlabBytes;
+        uint32_t wa[M::kQkWords], wb[M::kQkWords], wa_hi[M::kQkWords], wb_hi[M::kQkWords];
+#pragma unroll
+        for (int w = 0; w < M::kQkWords; ++w) {
+          wa[w] = lds32(kp + g * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
+          wb[w] = lds32(kp + (g + 8) * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
+          wa_hi[w] = wa[w] >> M::kHighShift;
+          wb_hi[w] = wb[w] >> M::kHighShift;
         }
-        const float c[4] = {c2[0][0] + c2[1][0], c2[0][1] + c2[1][1], c2[0][2] + c2[1][2], c2[0][3] + c2[1][3]};
-        const int slab = kPair * j + ls;
-        const uint8_t* kp = kbuf + slab * M::kSlabBytes;
-  #pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          const int row = g + 8 * rr;
-          const int r = row_base + slab * M::kSlabRows + row;
-          valid[j][rr] = kFull || r < r1;  // r >= r0: chunks start on a page
-          const uint32_t sz = lds32(kp + row * M::kRowBytes + M::kCodeBytes);
-          const float s = half_lo(sz), zs = s * half_hi(sz);
-  #pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const float v = fmaf(s * c[2 * rr + hh], qa[hh], -zs * qz[hh]);
-            sc[j][2 * rr + hh] = valid[j][rr] ? v : -INFINITY;
-          }
+#pragma unroll
+        for (int kb = 0; kb < M::kBlocks; ++kb) {
+          const int i0 = 2 * kb, i1 = 2 * kb + 1;
+          const int w0 = i0 / M::kHalf2PerWord, k0 = i0 % M::kHalf2PerWord;
+          const int w1 = i1 / M::kHalf2PerWord, k1 = i1 % M::kHalf2PerWord;
+          mma_16816(c2[kPair == 2 ? sl : kb & 1], code_pair<M>(wa[w0], wa_hi[w0], k0),
+                    code_pair<M>(wb[w0], wb_hi[w0], k0), code_pair<M>(wa[w1], wa_hi[w1], k1),
+                    code_pair<M>(wb[w1], wb_hi[w1], k1), qf[kb][0], qf[kb][1]);
         }
       }
-
-      // Online softmax over the step, per head: max across the lane groups (and the two
-      // slabs of a pair, held by lanes t and t ^ 2).
-      float alpha[2];
-  #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float mx = -INFINITY;
-  #pragma unroll
-        for (int j = 0; j < kGroups; ++j) mx = fmaxf(mx, fmaxf(sc[j][hh], sc[j][2 + hh]));
-        if constexpr (kPair == 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        const float m_new = fmaxf(m_run[hh], mx);
-        alpha[hh] = m_run[hh] == m_new ? 1.0f : fast_exp2(m_run[hh] - m_new);  // 0 from −inf
-        m_run[hh] = m_new;
-        l_run[hh] *= alpha[hh];
-        z_run[hh] *= alpha[hh];
-      }
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-  #pragma unroll
-        for (int mt = 0; mt < M::kBlocks; ++mt) {
-          acc[mt][0] *= alpha[0];
-          acc[mt][1] *= alpha[1];
-          acc[mt][2] *= alpha[0];
-          acc[mt][3] *= alpha[1];
+      float c[4];
+#pragma unroll
+      for (int e4 = 0; e4 < 4; ++e4) c[e4] = kPair == 2 ? (ls ? c2[1][e4] : c2[0][e4]) : c2[0][e4] + c2[1][e4];
+      const int slab = kPair * j + ls;
+      const uint8_t* kp = kbuf + slab * M::kSlabBytes;
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const int row = g + 8 * rr;
+        const int r = row_base + slab * M::kSlabRows + row;
+        valid[j][rr] = kFull || r < r1;  // r >= r0: chunks start on a page
+        const uint32_t sz = lds32(kp + row * M::kRowBytes + M::kCodeBytes);
+        const float s = half_lo(sz), zs = s * half_hi(sz);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const float v = fmaf(s * c[2 * rr + hh], qa[hh], -zs * qz[hh]);
+          sc[j][2 * rr + hh] = valid[j][rr] ? v : -INFINITY;
         }
       }
+    }
 
-  #pragma unroll
-      for (int j = 0; j < kGroups; ++j) {
-        // P'^T B fragments: p·s_V rounded to f16, transposed from (token, column) to
-        // (column, token). With pairing, lane groups g < 4 then hold slab 2j's weights and
-        // g >= 4 slab 2j + 1's; each slab's MMA takes its own half, zeros in the other.
-        const uint8_t* vp_mine = vbuf + (kPair * j + ls) * M::kSlabBytes;
-        uint32_t pr[2];
-  #pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          const int row = g + 8 * rr;
-          const uint32_t sz = lds32(vp_mine + row * M::kRowBytes + M::kCodeBytes);
-          const float s = half_lo(sz), z = half_hi(sz);
-          float pw[2];
-  #pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const float pe = valid[j][rr] ? fast_exp2(sc[j][2 * rr + hh] - m_run[hh]) : 0.0f;
-            l_run[hh] += pe;
-            pw[hh] = valid[j][rr] ? pe * s : 0.0f;
-          }
-          pr[rr] = pack_half2(pw[0], pw[1]);
-          if (valid[j][rr]) {
-            z_run[0] = fmaf(half_lo(pr[rr]), z, z_run[0]);
-            z_run[1] = fmaf(half_hi(pr[rr]), z, z_run[1]);
-          }
+  };
+  const auto softmax_pv = [&](int step, auto full_tag, const StepScores<kGroups>& in) {
+    const auto& sc = in.sc;
+    const auto& valid = in.valid;
+    constexpr bool kFull = decltype(full_tag)::value;
+    const uint8_t* vbuf = wbuf + (step % M::kStages) * M::kStepBytes + M::kStepRowBytes;
+    // Online softmax over the step, per head: max across the lane groups (and the two
+    // slabs of a pair, held by lanes t and t ^ 2).
+    float alpha[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kGroups; ++j) mx = fmaxf(mx, fmaxf(sc[j][hh], sc[j][2 + hh]));
+      if constexpr (kPair == 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+      const float m_new = fmaxf(m_run[hh], mx);
+      alpha[hh] = m_run[hh] == m_new ? 1.0f : fast_exp2(m_run[hh] - m_new);  // 0 from −inf
+      m_run[hh] = m_new;
+      l_run[hh] *= alpha[hh];
+      z_run[hh] *= alpha[hh];
+    }
+    // Pipelined, the rescale is unconditional: a branch here would cut the block the next
+    // step's scores share with this step's P·V.
+    if (kPipelined || __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+      for (int mt = 0; mt < M::kBlocks; ++mt) {
+        acc[mt][0] *= alpha[0];
+        acc[mt][1] *= alpha[1];
+        acc[mt][2] *= alpha[0];
+        acc[mt][3] *= alpha[1];
+      }
+    }
+
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) {
+      // P'^T B fragments: p·s_V rounded to f16, transposed from (token, column) to
+      // (column, token). With pairing, lane groups g < 4 then hold slab 2j's weights and
+      // g >= 4 slab 2j + 1's; each slab's MMA takes its own half, zeros in the other.
+      const uint8_t* vp_mine = vbuf + (kPair * j + ls) * M::kSlabBytes;
+      uint32_t pr[2];
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const int row = g + 8 * rr;
+        const uint32_t sz = lds32(vp_mine + row * M::kRowBytes + M::kCodeBytes);
+        const float s = half_lo(sz), z = half_hi(sz);
+        float pw[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const float pe = (kFull || valid[j][rr]) ? fast_exp2(sc[j][2 * rr + hh] - m_run[hh]) : 0.0f;
+          l_run[hh] += pe;
+          pw[hh] = (kFull || valid[j][rr]) ? pe * s : 0.0f;
         }
-        const uint32_t bt0 = transpose8x8(pr[0]), bt1 = transpose8x8(pr[1]);
-  #pragma unroll
-        for (int sl = 0; sl < kPair; ++sl) {
-          const uint8_t* vp = vbuf + (kPair * j + sl) * M::kSlabBytes;
-          const bool mine = kPair == 1 || (g >= 4) == (sl == 1);
-          const uint32_t b0 = mine ? bt0 : 0u, b1 = mine ? bt1 : 0u;
-          // C_V^T A fragments: codes of dims (g-th share of the row) × tokens (2t, 2t+1 | 2t+8, 2t+9).
-          uint32_t x[2][M::kPvHalves], x_hi[2][M::kPvHalves];  // [token pair][half]: (token 2t·, 2t·+1)
-  #pragma unroll
-          for (int pair = 0; pair < 2; ++pair) {
-            const uint8_t* ra = vp + (2 * t + 8 * pair) * M::kRowBytes + g * (M::kCodeBytes / 8);
-            const uint8_t* rb = ra + M::kRowBytes;
-            if constexpr (M::kPvHalves == 1) {
-              x[pair][0] = lds16(ra) | (lds16(rb) << 16);
-            } else {
-  #pragma unroll
-              for (int w = 0; w < M::kPvHalves / 2; ++w) {
-                const uint32_t a = lds32(ra + 4 * w), bw = lds32(rb + 4 * w);
-                x[pair][2 * w] = __byte_perm(a, bw, 0x5410);
-                x[pair][2 * w + 1] = __byte_perm(a, bw, 0x7632);
-              }
+        pr[rr] = pack_half2(pw[0], pw[1]);
+        if (kFull || valid[j][rr]) {
+          z_run[0] = fmaf(half_lo(pr[rr]), z, z_run[0]);
+          z_run[1] = fmaf(half_hi(pr[rr]), z, z_run[1]);
+        }
+      }
+      const uint32_t bt0 = transpose8x8(pr[0]), bt1 = transpose8x8(pr[1]);
+#pragma unroll
+      for (int sl = 0; sl < kPair; ++sl) {
+        const uint8_t* vp = vbuf + (kPair * j + sl) * M::kSlabBytes;
+        const bool mine = kPair == 1 || (g >= 4) == (sl == 1);
+        const uint32_t b0 = mine ? bt0 : 0u, b1 = mine ? bt1 : 0u;
+        // C_V^T A fragments: codes of dims (g-th share of the row) × tokens (2t, 2t+1 | 2t+8, 2t+9).
+        uint32_t x[2][M::kPvHalves], x_hi[2][M::kPvHalves];  // [token pair][half]: (token 2t·, 2t·+1)
+#pragma unroll
+        for (int pair = 0; pair < 2; ++pair) {
+          const uint8_t* ra = vp + (2 * t + 8 * pair) * M::kRowBytes + g * (M::kCodeBytes / 8);
+          const uint8_t* rb = ra + M::kRowBytes;
+          if constexpr (M::kPvHalves == 1) {
+            x[pair][0] = lds16(ra) | (lds16(rb) << 16);
+          } else {
+#pragma unroll
+            for (int w = 0; w < M::kPvHalves / 2; ++w) {
+              const uint32_t a = lds32(ra + 4 * w), bw = lds32(rb + 4 * w);
+              x[pair][2 * w] = __byte_perm(a, bw, 0x5410);
+              x[pair][2 * w + 1] = __byte_perm(a, bw, 0x7632);
             }
           }
-  #pragma unroll
-          for (int pair = 0; pair < 2; ++pair)
-  #pragma unroll
-            for (int hf = 0; hf < M::kPvHalves; ++hf) x_hi[pair][hf] = x[pair][hf] >> M::kHighShift;
-  #pragma unroll
-          for (int mt = 0; mt < M::kBlocks; ++mt) {
-            const int i0 = 2 * mt, i1 = 2 * mt + 1;
-            const int h0 = i0 / M::kHalf2PerWord, k0 = i0 % M::kHalf2PerWord;
-            const int h1 = i1 / M::kHalf2PerWord, k1 = i1 % M::kHalf2PerWord;
-            mma_16816(acc[mt], code_pair<M>(x[0][h0], x_hi[0][h0], k0), code_pair<M>(x[0][h1], x_hi[0][h1], k1),
-                      code_pair<M>(x[1][h0], x_hi[1][h0], k0), code_pair<M>(x[1][h1], x_hi[1][h1], k1), b0, b1);
-          }
+        }
+#pragma unroll
+        for (int pair = 0; pair < 2; ++pair)
+#pragma unroll
+          for (int hf = 0; hf < M::kPvHalves; ++hf) x_hi[pair][hf] = x[pair][hf] >> M::kHighShift;
+#pragma unroll
+        for (int mt = 0; mt < M::kBlocks; ++mt) {
+          const int i0 = 2 * mt, i1 = 2 * mt + 1;
+          const int h0 = i0 / M::kHalf2PerWord, k0 = i0 % M::kHalf2PerWord;
+          const int h1 = i1 / M::kHalf2PerWord, k1 = i1 % M::kHalf2PerWord;
+          mma_16816(acc[mt], code_pair<M>(x[0][h0], x_hi[0][h0], k0), code_pair<M>(x[0][h1], x_hi[0][h1], k1),
+                    code_pair<M>(x[1][h0], x_hi[1][h0], k0), code_pair<M>(x[1][h1], x_hi[1][h1], k1), b0, b1);
         }
       }
-    };
-    if (row_base + M::kStepRows <= r1)
-      compute(std::true_type{});
-    else
-      compute(std::false_type{});
-    __syncwarp();  // every lane is done with this stage before it is refilled
+    }
+  };
+  const auto is_full = [&](int step) { return step_row(step) + M::kStepRows <= r1; };
+  const auto wait_step = [&](int step) { mbar_wait(bars + step % M::kStages, unsigned(step / M::kStages) & 1u); };
+  if constexpr (kPipelined) {
+    // Step s + 1's scores are computed in the same block of code as step s's softmax and
+    // P·V, so the two dependency chains interleave: with few warps per scheduler (a grid
+    // under one wave, B = 1) the walk is bound by those chains' latency, not by issue. The
+    // cost is one stage of lookahead (s + 1 must have landed before s's P·V).
+    StepScores<kGroups> cur;
+    if (n_steps > 0) {
+      wait_step(0);
+      if (is_full(0))
+        qk(0, std::true_type{}, cur);
+      else
+        qk(0, std::false_type{}, cur);
+    }
+    for (int step = 0; step < n_steps; ++step) {
+      if (step + M::kStages - 1 < n_steps) issue(step + M::kStages - 1);
+      const int next = step + 1;
+      if (next < n_steps) {  // then this step is full: only a warp's last step can be partial
+        wait_step(next);
+        StepScores<kGroups> nxt;
+        // Both calls in each branch, so that each branch is one block the compiler can
+        // interleave.
+        if (is_full(next)) {
+          qk(next, std::true_type{}, nxt);
+          softmax_pv(step, std::true_type{}, cur);
+        } else {
+          qk(next, std::false_type{}, nxt);
+          softmax_pv(step, std::true_type{}, cur);
+        }
+        cur = nxt;
+      } else if (is_full(step)) {
+        softmax_pv(step, std::true_type{}, cur);
+      } else {
+        softmax_pv(step, std::false_type{}, cur);
+      }
+      __syncwarp();  // every lane is done with this stage before it is refilled
+    }
+  } else {
+    for (int step = 0; step < n_steps; ++step) {
+      if (step + M::kStages - 1 < n_steps) issue(step + M::kStages - 1);
+      wait_step(step);
+      StepScores<kGroups> cur;
+      if (is_full(step)) {
+        qk(step, std::true_type{}, cur);
+        softmax_pv(step, std::true_type{}, cur);
+      } else {
+        qk(step, std::false_type{}, cur);
+        softmax_pv(step, std::false_type{}, cur);
+      }
+      __syncwarp();  // every lane is done with this stage before it is refilled
+    }
   }
 
   // This warp's totals over its lane groups (l also over the two slabs of a pair: z stays
