@@ -331,24 +331,37 @@ __device__ __forceinline__ void pv_unit_quant(const uint8_t* row, int unit_byte,
     }
 }
 
+// The 8 BF16 values of a PV unit of an fp row (16 bytes in kRuns runs), as raw words: x[2i],
+// x[2i + 1] are the low and high halves of w[i] (pv_unit_fp_convert).
 template <class Geo>
-__device__ __forceinline__ void pv_unit_fp(const uint8_t* row, int unit_dim0, int run_stride, float (&x)[8]) {
+__device__ __forceinline__ void pv_unit_fp_load(const uint8_t* row, int unit_dim0, int run_stride, uint32_t (&w)[4]) {
 #pragma unroll
   for (int s = 0; s < Geo::kRuns; ++s) {
     const uint8_t* src = row + (unit_dim0 + s * run_stride) * 2;
-    float* dst = x + s * Geo::kRunLen;
     if constexpr (Geo::kRunLen == 2) {
-      const uint32_t w = *reinterpret_cast<const uint32_t*>(src);
-      dst[0] = bf16_lo(w); dst[1] = bf16_hi(w);
+      w[s] = *reinterpret_cast<const uint32_t*>(src);
     } else if constexpr (Geo::kRunLen == 4) {
-      const uint2 w = *reinterpret_cast<const uint2*>(src);
-      dst[0] = bf16_lo(w.x); dst[1] = bf16_hi(w.x); dst[2] = bf16_lo(w.y); dst[3] = bf16_hi(w.y);
+      const uint2 v = *reinterpret_cast<const uint2*>(src);
+      w[2 * s] = v.x;
+      w[2 * s + 1] = v.y;
     } else {
-      const uint4 w = *reinterpret_cast<const uint4*>(src);
-      dst[0] = bf16_lo(w.x); dst[1] = bf16_hi(w.x); dst[2] = bf16_lo(w.y); dst[3] = bf16_hi(w.y);
-      dst[4] = bf16_lo(w.z); dst[5] = bf16_hi(w.z); dst[6] = bf16_lo(w.w); dst[7] = bf16_hi(w.w);
+      const uint4 v = *reinterpret_cast<const uint4*>(src);
+      w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
     }
   }
+}
+__device__ __forceinline__ void pv_unit_fp_convert(const uint32_t (&w)[4], float (&x)[8]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    x[2 * i] = bf16_lo(w[i]);
+    x[2 * i + 1] = bf16_hi(w[i]);
+  }
+}
+template <class Geo>
+__device__ __forceinline__ void pv_unit_fp(const uint8_t* row, int unit_dim0, int run_stride, float (&x)[8]) {
+  uint32_t w[4];
+  pv_unit_fp_load<Geo>(row, unit_dim0, run_stride, w);
+  pv_unit_fp_convert(w, x);
 }
 
 // Body of the chunk kernels (grid y = KV head, z = sequence; kThreads threads): keys
@@ -356,9 +369,10 @@ __device__ __forceinline__ void pv_unit_fp(const uint8_t* row, int unit_dim0, in
 // then recent window, counted without the history), with the partial written to `slot` of
 // n_slots. gb_log2 = log2(G·bits/8), the bytes (= the run stride P in dims) of one group's
 // codes; for bits = 0 it is log2(d).
-template <int kBits, int kDim, int kMaxGroup>
+template <int kBits, int kDim, int kMaxGroup, bool kWindowsOnly>
 __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int gb_log2, int chunk, int chunk_keys,
-                                             int slot, int n_slots, bool windows_only) {
+                                             int slot, int n_slots) {
+  constexpr bool windows_only = kWindowsOnly;
   using Geo = Geometry<kBits, kDim, kMaxGroup>;
   extern __shared__ __align__(16) uint8_t smem[];
   float* sq = reinterpret_cast<float*>(smem + Geo::kQOff);       // [kMaxGroup][d], pre-scaled
@@ -532,16 +546,7 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[h][i] *= a;
     }
-    for (int r = cur.lo + slice; r < cur.hi; r += Geo::kSlices) {
-      float x[8];
-      if constexpr (Geo::kHist) {
-        if (cur.hist)
-          pv_unit_quant<Geo, kBits>(sv + r * row_bytes, unit_byte, unit_g, x);
-        else
-          pv_unit_fp<Geo>(fp_row_global<kDim>(p, p.fp_v, b, kvh, cur.base + r), unit_dim0, run_stride, x);
-      } else {
-        pv_unit_fp<Geo>(sv + r * Geo::kFpRowBytes, unit_dim0, run_stride, x);
-      }
+    const auto accumulate = [&](int r, const float (&x)[8]) {
       float pw[kMaxGroup];
 #pragma unroll
       for (int h = 0; h < kMaxGroup; ++h) pw[h] = sp[r * kMaxGroup + h];
@@ -549,6 +554,49 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
       for (int h = 0; h < kMaxGroup; ++h)
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[h][i] = fmaf(pw[h], x[i], acc[h][i]);
+    };
+    if (kWindowsOnly && kMaxGroup <= 4 && !cur.hist) {
+      // BF16 rows read from global memory (a cache with a history stages only packed
+      // tiles): every row this thread takes in the tile is requested before any is used,
+      // 4 at a time, so a tile costs two round trips (page ids, then rows) per 4 rows
+      // instead of per row: the BF16-window CTAs of the split kernel took 20 µs for 128
+      // keys that way (H100, (1, 8K)). Only there, and up to GQA 4: in the chunk kernels,
+      // where such tiles are a few among many, and beside GQA 8's 64 accumulators, the
+      // batch's registers would spill.
+      // Rows per batch: as many as fit beside the walk's registers without spilling.
+      constexpr int kRows = kTile / Geo::kSlices, kBatch = kDim == 64 ? 2 : 4;
+#pragma unroll
+      for (int i0 = 0; i0 < kRows; i0 += kBatch) {
+        uint32_t w[kBatch][4];
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) {
+          const int r = cur.lo + slice + (i0 + i) * Geo::kSlices;
+          if (r < cur.hi)
+            pv_unit_fp_load<Geo>(fp_row_global<kDim>(p, p.fp_v, b, kvh, cur.base + r), unit_dim0, run_stride, w[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) {
+          const int r = cur.lo + slice + (i0 + i) * Geo::kSlices;
+          if (r < cur.hi) {
+            float x[8];
+            pv_unit_fp_convert(w[i], x);
+            accumulate(r, x);
+          }
+        }
+      }
+    } else {
+      for (int r = cur.lo + slice; r < cur.hi; r += Geo::kSlices) {
+        float x[8];
+        if constexpr (Geo::kHist) {
+          if (cur.hist)
+            pv_unit_quant<Geo, kBits>(sv + r * row_bytes, unit_byte, unit_g, x);
+          else
+            pv_unit_fp<Geo>(fp_row_global<kDim>(p, p.fp_v, b, kvh, cur.base + r), unit_dim0, run_stride, x);
+        } else {
+          pv_unit_fp<Geo>(sv + r * Geo::kFpRowBytes, unit_dim0, run_stride, x);
+        }
+        accumulate(r, x);
+      }
     }
     cur = nxt;
     have = have_next;
@@ -599,14 +647,14 @@ constexpr int kWindowChunkKeys = 128;
 template <int kDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads) decode_chunk_kernel_fp(const DecodeAttentionParams p, int gb_log2,
                                                                    int n_slots) {
-  decode_chunk<0, kDim, kMaxGroup>(p, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x, n_slots, false);
+  decode_chunk<0, kDim, kMaxGroup, false>(p, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x, n_slots);
 }
 
 // Every key on the CUDA cores (INT8, G < d, or tensor_cores = false).
 template <int kBits, int kDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads, hist_ctas_per_sm(kMaxGroup))
     decode_chunk_kernel_hist(const DecodeAttentionParams p, int gb_log2, int n_slots) {
-  decode_chunk<kBits, kDim, kMaxGroup>(p, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x, n_slots, false);
+  decode_chunk<kBits, kDim, kMaxGroup, false>(p, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x, n_slots);
 }
 
 // INT2/INT4 with G = d: the first n_window_slots CTAs of x take the BF16 keys (CUDA cores),
@@ -633,7 +681,7 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm(kMaxGroup))
     decode_split_kernel(const DecodeAttentionParams p, int gb_log2, int n_window_slots, int n_slots) {
   const int x = blockIdx.x;
   if (x < n_window_slots)
-    decode_chunk<kBits, kDim, kMaxGroup>(p, gb_log2, x, kWindowChunkKeys, x, n_slots, true);
+    decode_chunk<kBits, kDim, kMaxGroup, true>(p, gb_log2, x, kWindowChunkKeys, x, n_slots);
   else
     decode_history_mma<kBits, kDim, kHistPair<kMaxGroup>, kPipelined>(p, x - n_window_slots, x, n_slots);
 }
