@@ -428,6 +428,8 @@ void run_decode_attention_tests(uint32_t seed, int n_sm) {
       // the smaller grids above take the pipelined one (decode_attention.cu).
       {"int2 d128 G128 gqa4 over one wave", 2, 128, 128, 8, 4, 64, 256, 256,
        {3000, 2890, 1234, 2500, 65, 3001, 2048, 1777, 2999, 400, 2600, 2222}},
+      // History chunks over 1024 keys: the BF16 windows go in chunks of 128 (64 below).
+      {"int2 d128 G128 gqa4 chunk 2048", 2, 128, 128, 2, 4, 64, 256, 2048, {5000, 2100, 300, 4097}},
       {"int4 d64 G64 gqa2 S3 W50", 4, 64, 64, 2, 2, 3, 50, 128, {777, 60, 2222}},
       {"int2 d64 G32 gqa8 default-chunk", 2, 64, 32, 2, 8, 64, 256, 0, {2500, 333}},
       {"int2 no history yet", 2, 128, 128, 2, 4, 64, 256, 128, {320, 100, 64, 17}},

@@ -639,9 +639,12 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
 // registers) up to GQA 2, 4 (≤ 128) at GQA 4, 3 at GQA 8 (64 accumulators).
 constexpr int hist_ctas_per_sm(int max_group) { return max_group <= 2 ? 5 : max_group <= 4 ? 4 : 3; }
 
-// BF16 keys of the tensor-core split go in chunks of this many (a few hundred keys per
-// sequence: short chunks spread them over more CTAs).
-constexpr int kWindowChunkKeys = 128;
+// BF16 keys of the tensor-core split go in chunks of 128 (a few hundred keys per sequence:
+// short chunks spread them over more CTAs), or of 64 beside history chunks of 1024 keys or
+// fewer: a short history's walk ends early, and the window CTAs, a chain of global round
+// trips per tile, were then the kernel's last (H100, (1, 8K): 0.021 -> 0.016 ms with
+// 1024-key history chunks; at whole waves the extra CTAs cost 1-4 %).
+constexpr int window_chunk_keys(int chunk_keys) { return chunk_keys <= 1024 ? 64 : 128; }
 
 // BF16-only cache (≈ 80 KB of shared memory, 2 CTAs per SM): the compiler's register choice.
 template <int kDim, int kMaxGroup>
@@ -676,15 +679,22 @@ constexpr int kHistPair = kMaxGroup == 4 ? 2 : 1;
 template <int kBits, int kMaxGroup>
 constexpr bool kHasPipelinedWalk = kBits == 2 && kMaxGroup == 4;
 
-template <int kBits, int kDim, int kMaxGroup, bool kPipelined>
+// kWindowChunk (window_chunk_keys) is a template parameter: as a runtime value it cost the
+// window code registers (a spill) and whole-wave grids 1 % (H100).
+template <int kBits, int kDim, int kMaxGroup, bool kPipelined, int kWindowChunk>
 __global__ void __launch_bounds__(kThreads, split_ctas_per_sm(kMaxGroup))
     decode_split_kernel(const DecodeAttentionParams p, int gb_log2, int n_window_slots, int n_slots) {
   const int x = blockIdx.x;
   if (x < n_window_slots)
-    decode_chunk<kBits, kDim, kMaxGroup, true>(p, gb_log2, x, kWindowChunkKeys, x, n_slots);
+    decode_chunk<kBits, kDim, kMaxGroup, true>(p, gb_log2, x, kWindowChunk, x, n_slots);
   else
     decode_history_mma<kBits, kDim, kHistPair<kMaxGroup>, kPipelined>(p, x - n_window_slots, x, n_slots);
 }
+
+// One instantiation of the split kernel as a type (its address in ::value), for the launch.
+template <int kBits, int kDim, int kMaxGroup, bool kPipelined, int kWindowChunk>
+using SplitKernel = std::integral_constant<decltype(&decode_split_kernel<kBits, kDim, kMaxGroup, kPipelined, kWindowChunk>),
+                                           &decode_split_kernel<kBits, kDim, kMaxGroup, kPipelined, kWindowChunk>>;
 
 // grid (n_heads, B), kMergeThreads threads: out = Σ_c 2^(m_c − M)·o_c / Σ_c 2^(m_c − M)·l_c
 // over the slots that saw keys (l > 0; an empty slot has m = −inf, l = 0 and no o). A long
@@ -771,7 +781,7 @@ struct SlotCounts {
 SlotCounts slot_counts(const DecodeAttentionParams& p) {
   if (!uses_split(p)) return {0, ceil_div(p.max_seq_len, p.chunk_keys)};
   const int64_t window_keys = p.max_window_keys > 0 ? std::min(p.max_window_keys, p.max_seq_len) : p.max_seq_len;
-  const int64_t window = ceil_div(window_keys, kWindowChunkKeys);
+  const int64_t window = ceil_div(window_keys, window_chunk_keys(p.chunk_keys));
   return {window, window + ceil_div(std::max<int64_t>(p.max_seq_len - p.sink, 0), p.chunk_keys)};
 }
 
@@ -808,9 +818,9 @@ int split_ctas_per_sm() {
   using Geo = Geometry<kBits, kDim, kMaxGroup>;
   using M = MmaGeometry<kBits, kDim>;
   constexpr size_t kSmem = Geo::kSmemBytes > size_t(M::kSmemBytes) ? Geo::kSmemBytes : size_t(M::kSmemBytes);
-  allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup, false>>(kSmem);  // else > 48 KB reads as 0 CTAs
+  allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup, false, 128>>(kSmem);  // else > 48 KB reads as 0 CTAs
   int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<kBits, kDim, kMaxGroup, false>, kThreads, kSmem) !=
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<kBits, kDim, kMaxGroup, false, 128>, kThreads, kSmem) !=
       cudaSuccess) {
     cudaGetLastError();
     return 0;
@@ -848,14 +858,22 @@ void launch(const DecodeAttentionParams& p, cudaStream_t stream) {
         bool pipelined = false;
         if constexpr (kHasPipelinedWalk<kBits, kMaxGroup>)
           pipelined = split_grid_under_one_wave<kBits, kDim, kMaxGroup>(int64_t(n_slots) * p.n_kv_heads * p.batch);
+        const auto run = [&](auto kernel) {
+          allow_smem<decltype(kernel)::value>(kSmem);
+          decltype(kernel)::value<<<grid, kThreads, kSmem, stream>>>(p, gb_log2, window, n_slots);
+        };
+        const bool short_windows = window_chunk_keys(p.chunk_keys) == 64;
         if (pipelined) {
           if constexpr (kHasPipelinedWalk<kBits, kMaxGroup>) {
-            allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup, true>>(kSmem);
-            decode_split_kernel<kBits, kDim, kMaxGroup, true><<<grid, kThreads, kSmem, stream>>>(p, gb_log2, window, n_slots);
+            if (short_windows)
+              run(SplitKernel<kBits, kDim, kMaxGroup, true, 64>{});
+            else
+              run(SplitKernel<kBits, kDim, kMaxGroup, true, 128>{});
           }
+        } else if (short_windows) {
+          run(SplitKernel<kBits, kDim, kMaxGroup, false, 64>{});
         } else {
-          allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup, false>>(kSmem);
-          decode_split_kernel<kBits, kDim, kMaxGroup, false><<<grid, kThreads, kSmem, stream>>>(p, gb_log2, window, n_slots);
+          run(SplitKernel<kBits, kDim, kMaxGroup, false, 128>{});
         }
         check_cuda(cudaGetLastError(), "decode_split_kernel launch");
       }
@@ -920,18 +938,26 @@ int decode_attention_default_chunk(int batch, int n_kv_heads, int64_t max_seq_le
 int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   if (!uses_split(p)) return decode_attention_default_chunk(p.batch, p.n_kv_heads, p.max_seq_len, n_sm);
   // The tensor-core history walk is short per key, so long chunks pay for each CTA's ramp
-  // (q setup, the copy pipeline filling): 2048 keys at least, and no more than about 16
+  // (q setup, the copy pipeline filling): 2048 keys (but see below), and no more than about 16
   // CTAs per SM (H100: 2048–4096 measured best from (1, 8K) to (32, 32K), docs/cuda.md).
   // A grid that fills less than one wave at 2048 keys (a few long sequences: 16K history
   // rows or more) takes 3072-key chunks: each CTA's fixed cost, and each slot the merge
   // reads, is spread over 50 % more keys (H100, B = 1: INT2 and INT4 7–12 % faster at 32K
-  // and 128K keys; at 8K, INT4 is 20 % slower with them).
+  // and 128K keys; at 8K, INT4 is 20 % slower with them). A shorter history whose grid fits
+  // in one wave even at 1024-key chunks (with 64-key window chunks, window_chunk_keys)
+  // takes those: its walk is short, and what bounds the kernel is each CTA's chain of
+  // steps and the window CTAs' round trips (H100, (1, 8K): 0.021 -> 0.016 ms).
   const int64_t target = 16 * int64_t(n_sm > 0 ? n_sm : 132);
   const int per_sm = n_sm > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 ? split_ctas_per_sm(p) : 0;
   const int64_t heads = int64_t(p.batch) * p.n_kv_heads;
   int chunk = 2048;
   const int64_t hist_rows = std::max<int64_t>(p.max_seq_len - p.sink, 0);
-  if (per_sm > 0 && hist_rows >= 16384 && heads * ceil_div(hist_rows, chunk) <= int64_t(per_sm) * n_sm) chunk = 3072;
+  const int64_t window_rows = p.max_window_keys > 0 ? std::min(p.max_window_keys, p.max_seq_len) : p.max_seq_len;
+  const int64_t wave = int64_t(per_sm) * n_sm;
+  if (per_sm > 0 && hist_rows >= 16384 && heads * ceil_div(hist_rows, chunk) <= wave) chunk = 3072;
+  if (per_sm > 0 && hist_rows < 16384 &&
+      heads * (ceil_div(window_rows, window_chunk_keys(1024)) + ceil_div(hist_rows, 1024)) <= wave)
+    chunk = 1024;
   while (chunk < 65536 && heads * ((p.max_seq_len + chunk - 1) / chunk) > target) chunk *= 2;
   // A grid a little over whole waves of resident CTAs leaves a few chunks to start late
   // and finish alone (at (1, 128K): 536 CTAs for 528 places, the SMs idle 30 % of the
@@ -939,7 +965,7 @@ int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   if (per_sm > 0) {
     const int64_t capacity = int64_t(per_sm) * n_sm;
     const int64_t window_keys = p.max_window_keys > 0 ? std::min(p.max_window_keys, p.max_seq_len) : p.max_seq_len;
-    const int64_t window = ceil_div(window_keys, kWindowChunkKeys), hist = std::max<int64_t>(p.max_seq_len - p.sink, 0);
+    const int64_t window = ceil_div(window_keys, window_chunk_keys(chunk)), hist = std::max<int64_t>(p.max_seq_len - p.sink, 0);
     const auto ctas = [&](int64_t c) { return heads * (window + ceil_div(hist, c)); };
     const int64_t total = ctas(chunk), waves = total / capacity, tail = total % capacity;
     if (waves >= 1 && tail > 0 && tail * 4 < capacity)
