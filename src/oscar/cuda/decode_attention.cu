@@ -943,10 +943,11 @@ int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   // A grid that fills less than one wave at 2048 keys (a few long sequences: 16K history
   // rows or more) takes 3072-key chunks: each CTA's fixed cost, and each slot the merge
   // reads, is spread over 50 % more keys (H100, B = 1: INT2 and INT4 7–12 % faster at 32K
-  // and 128K keys; at 8K, INT4 is 20 % slower with them). A shorter history whose grid fits
-  // in one wave even at 1024-key chunks (with 64-key window chunks, window_chunk_keys)
-  // takes those: its walk is short, and what bounds the kernel is each CTA's chain of
-  // steps and the window CTAs' round trips (H100, (1, 8K): 0.021 -> 0.016 ms).
+  // and 128K keys; at 8K, INT4 is 20 % slower with them). A grid that fits in one wave even
+  // at 1024-key chunks (with 64-key window chunks, window_chunk_keys) takes those: each
+  // warp's walk is then a few steps, and what bounds the kernel is each CTA's chain of steps
+  // and the window CTAs' round trips (H100, INT2: (1, 8K) 0.021 -> 0.016 ms, (1, 32K)
+  // 0.0253 -> 0.0231; (1, 128K) does not fit and keeps 3072).
   const int64_t target = 16 * int64_t(n_sm > 0 ? n_sm : 132);
   const int per_sm = n_sm > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 ? split_ctas_per_sm(p) : 0;
   const int64_t heads = int64_t(p.batch) * p.n_kv_heads;
@@ -954,10 +955,10 @@ int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   const int64_t hist_rows = std::max<int64_t>(p.max_seq_len - p.sink, 0);
   const int64_t window_rows = p.max_window_keys > 0 ? std::min(p.max_window_keys, p.max_seq_len) : p.max_seq_len;
   const int64_t wave = int64_t(per_sm) * n_sm;
-  if (per_sm > 0 && hist_rows >= 16384 && heads * ceil_div(hist_rows, chunk) <= wave) chunk = 3072;
-  if (per_sm > 0 && hist_rows < 16384 &&
-      heads * (ceil_div(window_rows, window_chunk_keys(1024)) + ceil_div(hist_rows, 1024)) <= wave)
+  if (per_sm > 0 && heads * (ceil_div(window_rows, window_chunk_keys(1024)) + ceil_div(hist_rows, 1024)) <= wave)
     chunk = 1024;
+  else if (per_sm > 0 && hist_rows >= 16384 && heads * ceil_div(hist_rows, chunk) <= wave)
+    chunk = 3072;
   while (chunk < 65536 && heads * ((p.max_seq_len + chunk - 1) / chunk) > target) chunk *= 2;
   // A grid a little over whole waves of resident CTAs leaves a few chunks to start late
   // and finish alone (at (1, 128K): 536 CTAs for 528 places, the SMs idle 30 % of the
