@@ -140,7 +140,9 @@ float row_value(int special, int t, int x, std::mt19937& rng) {
 
 // Bytes that differ between the device's demotion and the host quantizer; host_clip (if
 // given) replaces both ratios on the host side only (the self-check).
-long demote_diff(const DemoteCase& c, uint32_t seed, long* rows_out, float host_clip = -1.0f) {
+// With `layers`, the rows go through demote_to_history_layers as two layers: the case's, and
+// a second with its own history pools and the two clip ratios swapped.
+long demote_diff(const DemoteCase& c, uint32_t seed, long* rows_out, float host_clip = -1.0f, bool layers = false) {
   std::mt19937 rng(seed);
   const int B = int(c.from.size());
   const RowFormat fmt{c.d, c.bits, c.group};
@@ -192,10 +194,24 @@ long demote_diff(const DemoteCase& c, uint32_t seed, long* rows_out, float host_
   p.hist_v = dhv.as<uint8_t>();
   p.hist_blocks = dht.as<int32_t>();
   p.hist_blocks_stride = hist_stride;
-  oscar::cuda::demote_to_history(p);
-  CHECK_CUDA(cudaDeviceSynchronize());
+  DeviceBuffer dhk2 = DeviceBuffer::from(poison), dhv2 = DeviceBuffer::from(poison);
+  if (layers) {
+    oscar::cuda::DemoteLayer l0, l1;
+    l0.fp_k = l1.fp_k = p.fp_k, l0.fp_v = l1.fp_v = p.fp_v, l0.bits = l1.bits = c.bits;
+    l0.hist_k = p.hist_k, l0.hist_v = p.hist_v, l0.k_clip = c.k_clip, l0.v_clip = c.v_clip;
+    l1.hist_k = dhk2.as<uint8_t>(), l1.hist_v = dhv2.as<uint8_t>(), l1.k_clip = c.v_clip, l1.v_clip = c.k_clip;
+    const std::vector<oscar::cuda::DemoteLayer> recs = {l0, l1};
+    DeviceBuffer drecs = DeviceBuffer::from(recs);
+    oscar::cuda::DemoteParams shared = p;
+    shared.fp_k = shared.fp_v = nullptr, shared.hist_k = shared.hist_v = nullptr;
+    oscar::cuda::demote_to_history_layers(shared, drecs.as<oscar::cuda::DemoteLayer>(), 2);
+    CHECK_CUDA(cudaDeviceSynchronize());
+  } else {
+    oscar::cuda::demote_to_history(p);
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
 
-  std::vector<uint8_t> want_k = poison, want_v = poison;
+  std::vector<uint8_t> want_k = poison, want_v = poison, want_k2 = poison, want_v2 = poison;
   std::vector<float> row(size_t(c.d));
   long rows = 0;
   for (int b = 0; b < B; ++b)
@@ -210,20 +226,26 @@ long demote_diff(const DemoteCase& c, uint32_t seed, long* rows_out, float host_
           for (int x = 0; x < c.d; ++x) row[size_t(x)] = bf16_to_f32(src[s0 + size_t(x)]);
           const float clip = host_clip >= 0.0f ? host_clip : kv == 0 ? c.k_clip : c.v_clip;
           quantize_row(fmt, row.data(), (kv == 0 ? want_k : want_v).data() + dst, clip);
+          if (layers) quantize_row(fmt, row.data(), (kv == 0 ? want_k2 : want_v2).data() + dst, kv == 0 ? c.v_clip : c.k_clip);
         }
       }
   const std::vector<uint8_t> got_k = download<uint8_t>(dhk, hist_pool), got_v = download<uint8_t>(dhv, hist_pool);
   long diff = 0;
   for (size_t i = 0; i < hist_pool; ++i) diff += (got_k[i] != want_k[i]) + (got_v[i] != want_v[i]);
+  if (layers) {
+    const std::vector<uint8_t> got_k2 = download<uint8_t>(dhk2, hist_pool), got_v2 = download<uint8_t>(dhv2, hist_pool);
+    for (size_t i = 0; i < hist_pool; ++i) diff += (got_k2[i] != want_k2[i]) + (got_v2[i] != want_v2[i]);
+  }
   *rows_out = rows;
   return diff;
 }
 
-void run_demote(const DemoteCase& c, uint32_t seed) {
+void run_demote(const DemoteCase& c, uint32_t seed, bool layers = false) {
   long rows = 0;
-  const long diff = demote_diff(c, seed, &rows);
-  report(diff == 0, "demote " + c.name + ": " + std::to_string(rows) + " rows x " + std::to_string(c.n_kv) +
-                        " heads, " + std::to_string(diff) + " bytes differ from the host quantizer");
+  const long diff = demote_diff(c, seed, &rows, -1.0f, layers);
+  report(diff == 0, std::string(layers ? "demote (two layers, one launch) " : "demote ") + c.name + ": " +
+                        std::to_string(rows) + " rows x " + std::to_string(c.n_kv) + " heads, " + std::to_string(diff) +
+                        " bytes differ from the host quantizer");
 }
 
 // The comparison can fail: the host quantizing with clip 0.80 instead of the device's
@@ -244,6 +266,10 @@ void run_param_checks() {
   p.bits = 3;
   const std::string msg = error_of([&] { oscar::cuda::demote_to_history(p); });
   report(msg.find("bits 3") != std::string::npos, "invalid bits refused: \"" + msg + "\"");
+  oscar::cuda::DemoteLayer layer;
+  layer.bits = 3;
+  const std::string msg2 = error_of([&] { oscar::cuda::check_demote_layer(p, layer); });
+  report(msg2.find("bits 3") != std::string::npos, "invalid layer record refused: \"" + msg2 + "\"");
 }
 
 }  // namespace
@@ -270,6 +296,8 @@ void run_cache_write_tests(uint32_t seed) {
       {"int8 d64 G32", 8, 64, 32, 1, 5, 0.0f, 0.0f, {5}, {60}, 1},
   };
   for (size_t i = 0; i < cases.size(); ++i) run_demote(cases[i], seed + 10u + uint32_t(i));
+  run_demote(cases[0], seed + 50u, true);
+  run_demote(cases[4], seed + 54u, true);
   run_demote_self_check(seed + 99u);
   run_param_checks();
 }

@@ -6,7 +6,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "oscar/cuda/decode_attention.h"
@@ -139,24 +141,25 @@ __device__ void quantize_row_warp(float (&x)[kVals], float ratio, int bits, int 
   __syncwarp();  // codes is reused by the next row
 }
 
-// grid (max_rows, n_kv_heads, B), 64 threads: warp 0 the K row, warp 1 the V row of token
-// hist_from[b] + blockIdx.x.
+// Warp 0 demotes the K row, warp 1 the V row of token hist_from[b] + row (blockIdx.y = KV
+// head, blockIdx.z = sequence), from the given layer's pools.
 template <int kDim>
-__global__ void __launch_bounds__(64) demote_kernel(const DemoteParams p) {
+__device__ void demote_row(const DemoteParams& p, int row, const uint16_t* fp_k, const uint16_t* fp_v, uint8_t* hist_k,
+                           uint8_t* hist_v, int bits, float k_clip, float v_clip) {
   constexpr int kVals = kDim / 32;
   __shared__ uint8_t s_codes[2][kDim];
   const int kvh = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int t = p.hist_from[b] + int(blockIdx.x);
+  const int t = p.hist_from[b] + row;
   if (t >= p.hist_to[b]) return;
   const bool key = warp == 0;
   // The BF16 row as stored (a released fp page reads as zeros).
   const int fp_page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + t / kPageTokens];
   float x[kVals];
   if (fp_page >= 0) {
-    const uint16_t* row = (key ? p.fp_k : p.fp_v) +
+    const uint16_t* src = (key ? fp_k : fp_v) +
                           ((int64_t(fp_page) * p.n_kv_heads + kvh) * kPageTokens + t % kPageTokens) * kDim;
 #pragma unroll
-    for (int i = 0; i < kVals; ++i) x[i] = __uint_as_float(uint32_t(row[lane * kVals + i]) << 16);
+    for (int i = 0; i < kVals; ++i) x[i] = __uint_as_float(uint32_t(src[lane * kVals + i]) << 16);
   } else {
 #pragma unroll
     for (int i = 0; i < kVals; ++i) x[i] = 0.0f;
@@ -164,10 +167,23 @@ __global__ void __launch_bounds__(64) demote_kernel(const DemoteParams p) {
   const int r = t - p.sink;
   const int hist_page = p.hist_blocks[int64_t(b) * p.hist_blocks_stride + r / kHistRows];
   if (hist_page < 0) return;  // nowhere to write: refused on the host side of a correct caller
-  const int row_bytes = kDim * p.bits / 8 + 4 * (kDim / p.group);
-  uint8_t* out = (key ? p.hist_k : p.hist_v) +
+  const int row_bytes = kDim * bits / 8 + 4 * (kDim / p.group);
+  uint8_t* out = (key ? hist_k : hist_v) +
                  (int64_t(hist_page) * p.n_kv_heads + kvh) * kHistRows * row_bytes + (r % kHistRows) * row_bytes;
-  quantize_row_warp(x, key ? p.k_clip : p.v_clip, p.bits, p.group, s_codes[warp], out);
+  quantize_row_warp(x, key ? k_clip : v_clip, bits, p.group, s_codes[warp], out);
+}
+
+// grid (max_rows, n_kv_heads, B), 64 threads.
+template <int kDim>
+__global__ void __launch_bounds__(64) demote_kernel(const DemoteParams p) {
+  demote_row<kDim>(p, int(blockIdx.x), p.fp_k, p.fp_v, p.hist_k, p.hist_v, p.bits, p.k_clip, p.v_clip);
+}
+
+// grid (n_layers · max_rows, n_kv_heads, B), 64 threads.
+template <int kDim>
+__global__ void __launch_bounds__(64) demote_layers_kernel(const DemoteParams p, const DemoteLayer* layers) {
+  const DemoteLayer l = layers[blockIdx.x / p.max_rows];
+  demote_row<kDim>(p, int(blockIdx.x % p.max_rows), l.fp_k, l.fp_v, l.hist_k, l.hist_v, l.bits, l.k_clip, l.v_clip);
 }
 
 using detail::check_launch;
@@ -193,24 +209,58 @@ void write_fp_rows(const FpWriteParams& p, cudaStream_t stream) {
   check_launch(what);
 }
 
-void demote_to_history(const DemoteParams& p, cudaStream_t stream) {
-  const char* what = "demote_to_history";
+namespace {
+
+// The fields every demotion checks; `layer` false skips the per-layer ones (bits, clips, pools).
+void check_demote(const char* what, const DemoteParams& p, bool layer) {
   check_rows(what, p.batch, p.n_kv_heads, p.head_dim);
-  if (p.bits != 2 && p.bits != 4 && p.bits != 8) fail(what, "bits " + std::to_string(p.bits) + " not supported (2, 4, 8)");
+  if (layer && p.bits != 2 && p.bits != 4 && p.bits != 8)
+    fail(what, "bits " + std::to_string(p.bits) + " not supported (2, 4, 8)");
   if ((p.group != 32 && p.group != 64 && p.group != 128) || p.group > p.head_dim)
     fail(what, "group size " + std::to_string(p.group) + " not supported (32, 64 or 128, at most head_dim)");
-  if (!(p.k_clip >= 0.0f && p.k_clip <= 1.0f) || !(p.v_clip >= 0.0f && p.v_clip <= 1.0f))
+  if (layer && (!(p.k_clip >= 0.0f && p.k_clip <= 1.0f) || !(p.v_clip >= 0.0f && p.v_clip <= 1.0f)))
     fail(what, "clip ratios must lie in [0, 1]");
   if (p.sink < 0) fail(what, "sink " + std::to_string(p.sink) + " < 0");
   if (p.max_rows < 0 || p.max_rows > 65535) fail(what, "max_rows " + std::to_string(p.max_rows) + " outside [0, 65535]");
   if (p.batch == 0 || p.max_rows == 0) return;
-  if (!p.hist_from || !p.hist_to || !p.fp_k || !p.fp_v || !p.fp_blocks || !p.hist_k || !p.hist_v || !p.hist_blocks)
-    fail(what, "a required pointer is null");
+  if (!p.hist_from || !p.hist_to || !p.fp_blocks || !p.hist_blocks) fail(what, "a required pointer is null");
+  if (layer && (!p.fp_k || !p.fp_v || !p.hist_k || !p.hist_v)) fail(what, "a required pointer is null");
+}
+
+}  // namespace
+
+void demote_to_history(const DemoteParams& p, cudaStream_t stream) {
+  const char* what = "demote_to_history";
+  check_demote(what, p, true);
+  if (p.batch == 0 || p.max_rows == 0) return;
   const dim3 grid(unsigned(p.max_rows), unsigned(p.n_kv_heads), unsigned(p.batch));
   if (p.head_dim == 64)
     demote_kernel<64><<<grid, 64, 0, stream>>>(p);
   else
     demote_kernel<128><<<grid, 64, 0, stream>>>(p);
+  check_launch(what);
+}
+
+void check_demote_layer(const DemoteParams& shared, const DemoteLayer& layer) {
+  DemoteParams p = shared;
+  p.bits = layer.bits, p.k_clip = layer.k_clip, p.v_clip = layer.v_clip;
+  p.fp_k = layer.fp_k, p.fp_v = layer.fp_v, p.hist_k = layer.hist_k, p.hist_v = layer.hist_v;
+  p.batch = std::max(p.batch, 1), p.max_rows = std::max(p.max_rows, 1);  // check the pointers too
+  check_demote("check_demote_layer", p, true);
+}
+
+void demote_to_history_layers(const DemoteParams& shared, const DemoteLayer* layers, int n_layers, cudaStream_t stream) {
+  const char* what = "demote_to_history_layers";
+  check_demote(what, shared, false);
+  if (n_layers < 0 || int64_t(n_layers) * shared.max_rows > INT32_MAX)
+    fail(what, "n_layers " + std::to_string(n_layers) + " out of range");
+  if (shared.batch == 0 || shared.max_rows == 0 || n_layers == 0) return;
+  if (!layers) fail(what, "layers is null");
+  const dim3 grid(unsigned(n_layers * shared.max_rows), unsigned(shared.n_kv_heads), unsigned(shared.batch));
+  if (shared.head_dim == 64)
+    demote_layers_kernel<64><<<grid, 64, 0, stream>>>(shared, layers);
+  else
+    demote_layers_kernel<128><<<grid, 64, 0, stream>>>(shared, layers);
   check_launch(what);
 }
 

@@ -55,8 +55,26 @@ struct DemoteParams {
   int hist_blocks_stride = 0;
 };
 
+// The per-layer part of a demotion, for demote_to_history_layers.
+struct DemoteLayer {
+  const uint16_t* fp_k = nullptr;
+  const uint16_t* fp_v = nullptr;
+  uint8_t* hist_k = nullptr;
+  uint8_t* hist_v = nullptr;
+  int bits = 2;
+  float k_clip = 0.0f;
+  float v_clip = 0.0f;
+};
+
 // Check the parameters (std::runtime_error naming the field) and launch on `stream`.
 void write_fp_rows(const FpWriteParams& p, cudaStream_t stream = nullptr);
 void demote_to_history(const DemoteParams& p, cudaStream_t stream = nullptr);
+// The same rows of several layers in one launch (a decode step's demotion does not depend on
+// the step's activations, so one launch before the layers replaces one per layer). `shared`
+// gives everything but the per-layer fields (bits, clips, pools), which come from `layers`:
+// n_layers records in device memory, each checked once with check_demote_layer.
+void demote_to_history_layers(const DemoteParams& shared, const DemoteLayer* layers, int n_layers,
+                              cudaStream_t stream = nullptr);
+void check_demote_layer(const DemoteParams& shared, const DemoteLayer& layer);
 
 }  // namespace oscar::cuda

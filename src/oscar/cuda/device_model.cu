@@ -327,6 +327,35 @@ void DeviceModel::allocate_activations() {
   demote_from_ = in(kDemoteFrom), demote_to_ = in(kDemoteTo), slots_ = in(kSlots), bad_id_ = in(kBadId);
   fp_blocks_ = mem.allocate_array<int32_t>(b * size_t(cache_->fp_stride()), "batch page tables");
   hist_blocks_ = mem.allocate_array<int32_t>(b * size_t(cache_->hist_stride()), "batch page tables");
+  // A layer's pools never move, so its demotion record is made once.
+  std::vector<DemoteLayer> demote;
+  DemoteParams shared = demote_params(1);
+  for (int l = 0; l < s.n_layers; ++l) {
+    if (kv_.bits[size_t(l)] == 0) continue;
+    DemoteLayer d;
+    d.fp_k = cache_->fp_k(l), d.fp_v = cache_->fp_v(l), d.hist_k = cache_->hist_k(l), d.hist_v = cache_->hist_v(l);
+    d.bits = kv_.bits[size_t(l)], d.k_clip = kv_.k_clip[size_t(l)], d.v_clip = kv_.v_clip[size_t(l)];
+    check_demote_layer(shared, d);
+    demote.push_back(d);
+  }
+  n_demote_layers_ = int(demote.size());
+  if (n_demote_layers_ > 0) {
+    demote_layers_ = mem.allocate_array<DemoteLayer>(demote.size(), "demotion records");
+    check_cuda(cudaMemcpy(demote_layers_, demote.data(), demote.size() * sizeof(DemoteLayer), cudaMemcpyHostToDevice),
+               "uploading demotion records");
+  }
+}
+
+// The fields of a demotion every quantized layer shares, for `batch` sequences.
+DemoteParams DeviceModel::demote_params(int batch) const {
+  DemoteParams dp;
+  dp.batch = batch, dp.n_kv_heads = shape_.n_kv_heads, dp.head_dim = shape_.head_dim, dp.group = kv_.group;
+  dp.sink = kv_.sink;
+  dp.max_rows = 1;  // the window moves by one token per step
+  dp.hist_from = demote_from_, dp.hist_to = demote_to_;
+  dp.fp_blocks = fp_blocks_, dp.fp_blocks_stride = cache_->fp_stride();
+  dp.hist_blocks = hist_blocks_, dp.hist_blocks_stride = cache_->hist_stride();
+  return dp;
 }
 
 void DeviceModel::check_tokens(const std::vector<int32_t>& tokens, const char* what) const {
@@ -413,16 +442,16 @@ void DeviceModel::step(const std::vector<int>& slots, const std::vector<int32_t>
   const int64_t bound = key_bound(stage_rows(slots, tokens, positions));
   ensure_workspace(batch, bound);
   if (!use_graph) {
-    run_step(batch, bound, 0);
+    run_step(batch, bound, 0, /*decode=*/true);
   } else {
     const auto key = std::make_pair(batch, bound);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
-      run_step(batch, bound, 0);  // first use runs directly (one-time setup stays out of the graph)
+      run_step(batch, bound, 0, /*decode=*/true);  // first use runs directly (one-time setup stays out of the graph)
       cudaGraph_t graph = nullptr;
       check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
       try {
-        run_step(batch, bound, 0);
+        run_step(batch, bound, 0, /*decode=*/true);
       } catch (...) {
         cudaStreamEndCapture(stream_, &graph);
         if (graph) cudaGraphDestroy(graph);
@@ -465,7 +494,7 @@ void DeviceModel::prefill(int slot, const std::vector<int32_t>& tokens, std::vec
     if (flash) ensure_prefill_scratch(cache_->history_end(t0 + n));
     prefill_launch_ = flash;
     try {
-      run_step(n, bound, /*logits_from=*/n);  // the logits below, in slices of the logits buffer
+      run_step(n, bound, /*logits_from=*/n, /*decode=*/false);  // the logits below, in slices of the logits buffer
     } catch (...) {
       prefill_launch_ = false;
       throw;
@@ -487,7 +516,7 @@ void DeviceModel::prefill(int slot, const std::vector<int32_t>& tokens, std::vec
   }
 }
 
-void DeviceModel::run_step(int batch, int64_t bound, int logits_from) {
+void DeviceModel::run_step(int batch, int64_t bound, int logits_from, bool decode) {
   const ModelShape& s = shape_;
   const dim3 tgrid_fp(unsigned((cache_->fp_stride() + 255) / 256), unsigned(batch));
   gather_tables<<<tgrid_fp, 256, 0, stream_>>>(cache_->fp_table_device(), slots_, fp_blocks_, cache_->fp_stride());
@@ -495,7 +524,14 @@ void DeviceModel::run_step(int batch, int64_t bound, int logits_from) {
   gather_tables<<<tgrid_h, 256, 0, stream_>>>(cache_->hist_table_device(), slots_, hist_blocks_, cache_->hist_stride());
   check_launch("DeviceModel: page tables");
   embed_bf16(token_embd_, s.n_vocab, s.n_embd, ids_, batch, x_, bad_id_, stream_);
+  // A decode step demotes the row h(t) = t − W of each sequence (docs/kv-layout.md §8): with a
+  // window W ≥ 1 it was written by an earlier step, so every layer's demotion can run here,
+  // in one launch, instead of one launch per layer after its prologue. A prefill launch
+  // demotes rows it writes itself, and W = 0 the step's own token: those stay per layer.
+  demote_hoisted_ = decode && kv_.window >= 1 && n_demote_layers_ > 0;
+  if (demote_hoisted_) demote_to_history_layers(demote_params(batch), demote_layers_, n_demote_layers_, stream_);
   for (int l = 0; l < s.n_layers; ++l) layer(l, batch, bound);
+  demote_hoisted_ = false;
   if (logits_from < batch) compute_logits(logits_from, batch);
 }
 
@@ -531,15 +567,10 @@ void DeviceModel::layer(int l, int batch, int64_t bound) {
   pp.rot_k = w.rot_k, pp.rot_v = w.rot_v, pp.k_shift = w.k_shift, pp.q_out = q_rot_;
   pp.fp_k = c.fp_k(l), pp.fp_v = c.fp_v(l), pp.fp_blocks = fp_blocks_, pp.fp_blocks_stride = c.fp_stride();
   attention_prologue(pp, stream_);
-  if (bits != 0) {
-    DemoteParams dp;
-    dp.batch = batch, dp.n_kv_heads = s.n_kv_heads, dp.head_dim = d, dp.bits = bits, dp.group = kv_.group;
-    dp.sink = kv_.sink, dp.k_clip = kv_.k_clip[size_t(l)], dp.v_clip = kv_.v_clip[size_t(l)];
-    dp.max_rows = 1;  // the window moves by one token per step
-    dp.hist_from = demote_from_, dp.hist_to = demote_to_;
-    dp.fp_k = c.fp_k(l), dp.fp_v = c.fp_v(l), dp.fp_blocks = fp_blocks_, dp.fp_blocks_stride = c.fp_stride();
-    dp.hist_k = c.hist_k(l), dp.hist_v = c.hist_v(l), dp.hist_blocks = hist_blocks_;
-    dp.hist_blocks_stride = c.hist_stride();
+  if (bits != 0 && !demote_hoisted_) {
+    DemoteParams dp = demote_params(batch);
+    dp.bits = bits, dp.k_clip = kv_.k_clip[size_t(l)], dp.v_clip = kv_.v_clip[size_t(l)];
+    dp.fp_k = c.fp_k(l), dp.fp_v = c.fp_v(l), dp.hist_k = c.hist_k(l), dp.hist_v = c.hist_v(l);
     demote_to_history(dp, stream_);
   }
   if (prefill_launch_) {

@@ -16,6 +16,7 @@
 
 #include <cuda_runtime.h>
 
+#include "oscar/cuda/cache_write.h"
 #include "oscar/cuda/device_kv_cache.h"
 #include "oscar/cuda/device_memory.h"
 #include "oscar/cuda/linear.h"
@@ -122,10 +123,12 @@ class DeviceModel {
                      const std::vector<int64_t>& positions);
   int64_t key_bound(int64_t max_len) const;
   void ensure_workspace(int rows, int64_t bound);
+  DemoteParams demote_params(int batch) const;
   // The BF16 copy of the history prefill_attention reads, for history rows [S, hist_end).
   void ensure_prefill_scratch(int64_t hist_end);
   // The kernels of one launch over `rows` rows (capturable); logits of rows ≥ logits_from.
-  void run_step(int rows, int64_t bound, int logits_from);
+  // decode: one new token per row, each row its own sequence (DeviceModel::step).
+  void run_step(int rows, int64_t bound, int logits_from, bool decode);
   // Logits of rows [from, to) (at most logits_rows_) into logits_, greedy ids beside them.
   void compute_logits(int from, int to);
   void layer(int l, int batch, int64_t max_len);
@@ -168,6 +171,11 @@ class DeviceModel {
   int32_t *d_inputs_ = nullptr, *h_inputs_ = nullptr;  // pinned
   int32_t *ids_, *pos_, *seq_len_, *hist_end_, *demote_from_, *demote_to_, *bad_id_;
   int32_t *fp_blocks_, *hist_blocks_, *slots_;  // batch tables gathered from the slot tables
+  // The quantized layers' demotion records (device), for one demotion launch per decode step
+  // (demote_to_history_layers) when every demoted row predates the step's token (window ≥ 1).
+  DemoteLayer* demote_layers_ = nullptr;
+  int n_demote_layers_ = 0;
+  bool demote_hoisted_ = false;  // run_step did this launch's demotion before the layers
   // Activations for max_rows_ rows.
   float *x_, *h_, *q_, *q_rot_, *k_, *v_, *att_, *att_rot_, *gate_, *up_, *logits_;
   uint16_t *h16_, *gate16_;  // BF16 copies of h_ and the SwiGLU output (matrix inputs)
