@@ -451,6 +451,14 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
   };
   const auto is_full = [&](int step) { return step_row(step) + M::kStepRows <= r1; };
   const auto wait_step = [&](int step) { mbar_wait(bars + step % M::kStages, unsigned(step / M::kStages) & 1u); };
+  // Calls f with std::true_type when `full`, else std::false_type: the masking is a
+  // compile-time choice, each branch one block of code.
+  const auto with_full = [](bool full, auto&& f) {
+    if (full)
+      f(std::true_type{});
+    else
+      f(std::false_type{});
+  };
   if constexpr (kPipelined) {
     // Step s + 1's scores are computed in the same block of code as step s's softmax and
     // P·V, so the two dependency chains interleave: with few warps per scheduler (a grid
@@ -459,10 +467,7 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
     StepScores<kGroups> cur;
     if (n_steps > 0) {
       wait_step(0);
-      if (is_full(0))
-        qk(0, std::true_type{}, cur);
-      else
-        qk(0, std::false_type{}, cur);
+      with_full(is_full(0), [&](auto full) { qk(0, full, cur); });
     }
     for (int step = 0; step < n_steps; ++step) {
       if (step + M::kStages - 1 < n_steps) issue(step + M::kStages - 1);
@@ -470,20 +475,13 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
       if (next < n_steps) {  // then this step is full: only a warp's last step can be partial
         wait_step(next);
         StepScores<kGroups> nxt;
-        // Both calls in each branch, so that each branch is one block the compiler can
-        // interleave.
-        if (is_full(next)) {
-          qk(next, std::true_type{}, nxt);
+        with_full(is_full(next), [&](auto full) {
+          qk(next, full, nxt);
           softmax_pv(step, std::true_type{}, cur);
-        } else {
-          qk(next, std::false_type{}, nxt);
-          softmax_pv(step, std::true_type{}, cur);
-        }
+        });
         cur = nxt;
-      } else if (is_full(step)) {
-        softmax_pv(step, std::true_type{}, cur);
       } else {
-        softmax_pv(step, std::false_type{}, cur);
+        with_full(is_full(step), [&](auto full) { softmax_pv(step, full, cur); });
       }
       __syncwarp();  // every lane is done with this stage before it is refilled
     }
@@ -492,13 +490,10 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, in
       if (step + M::kStages - 1 < n_steps) issue(step + M::kStages - 1);
       wait_step(step);
       StepScores<kGroups> cur;
-      if (is_full(step)) {
-        qk(step, std::true_type{}, cur);
-        softmax_pv(step, std::true_type{}, cur);
-      } else {
-        qk(step, std::false_type{}, cur);
-        softmax_pv(step, std::false_type{}, cur);
-      }
+      with_full(is_full(step), [&](auto full) {
+        qk(step, full, cur);
+        softmax_pv(step, full, cur);
+      });
       __syncwarp();  // every lane is done with this stage before it is refilled
     }
   }
