@@ -778,11 +778,17 @@ bool uses_split(const DecodeAttentionParams& p) {
 struct SlotCounts {
   int64_t window = 0, total = 0;
 };
+// The split's BF16 keys per sequence (max_window_keys, or every key when it is 0) and its
+// history rows per sequence, as the grid and the default chunk size them.
+int64_t split_window_keys(const DecodeAttentionParams& p) {
+  return p.max_window_keys > 0 ? std::min(p.max_window_keys, p.max_seq_len) : p.max_seq_len;
+}
+int64_t split_history_rows(const DecodeAttentionParams& p) { return std::max<int64_t>(p.max_seq_len - p.sink, 0); }
+
 SlotCounts slot_counts(const DecodeAttentionParams& p) {
   if (!uses_split(p)) return {0, ceil_div(p.max_seq_len, p.chunk_keys)};
-  const int64_t window_keys = p.max_window_keys > 0 ? std::min(p.max_window_keys, p.max_seq_len) : p.max_seq_len;
-  const int64_t window = ceil_div(window_keys, window_chunk_keys(p.chunk_keys));
-  return {window, window + ceil_div(std::max<int64_t>(p.max_seq_len - p.sink, 0), p.chunk_keys)};
+  const int64_t window = ceil_div(split_window_keys(p), window_chunk_keys(p.chunk_keys));
+  return {window, window + ceil_div(split_history_rows(p), p.chunk_keys)};
 }
 
 void check_params(const DecodeAttentionParams& p) {
@@ -952,21 +958,18 @@ int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   const int per_sm = n_sm > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 ? split_ctas_per_sm(p) : 0;
   const int64_t heads = int64_t(p.batch) * p.n_kv_heads;
   int chunk = 2048;
-  const int64_t hist_rows = std::max<int64_t>(p.max_seq_len - p.sink, 0);
-  const int64_t window_rows = p.max_window_keys > 0 ? std::min(p.max_window_keys, p.max_seq_len) : p.max_seq_len;
-  const int64_t wave = int64_t(per_sm) * n_sm;
-  if (per_sm > 0 && heads * (ceil_div(window_rows, window_chunk_keys(1024)) + ceil_div(hist_rows, 1024)) <= wave)
+  const int64_t hist = split_history_rows(p), window_keys = split_window_keys(p);
+  const int64_t capacity = int64_t(per_sm) * n_sm;  // resident CTAs: one wave
+  if (per_sm > 0 && heads * (ceil_div(window_keys, window_chunk_keys(1024)) + ceil_div(hist, 1024)) <= capacity)
     chunk = 1024;
-  else if (per_sm > 0 && hist_rows >= 16384 && heads * ceil_div(hist_rows, chunk) <= wave)
+  else if (per_sm > 0 && hist >= 16384 && heads * ceil_div(hist, chunk) <= capacity)
     chunk = 3072;
   while (chunk < 65536 && heads * ((p.max_seq_len + chunk - 1) / chunk) > target) chunk *= 2;
   // A grid a little over whole waves of resident CTAs leaves a few chunks to start late
   // and finish alone (at (1, 128K): 536 CTAs for 528 places, the SMs idle 30 % of the
   // kernel): lengthen the chunks, a page group at a time, until the tail wave is gone.
   if (per_sm > 0) {
-    const int64_t capacity = int64_t(per_sm) * n_sm;
-    const int64_t window_keys = p.max_window_keys > 0 ? std::min(p.max_window_keys, p.max_seq_len) : p.max_seq_len;
-    const int64_t window = ceil_div(window_keys, window_chunk_keys(chunk)), hist = std::max<int64_t>(p.max_seq_len - p.sink, 0);
+    const int64_t window = ceil_div(window_keys, window_chunk_keys(chunk));
     const auto ctas = [&](int64_t c) { return heads * (window + ceil_div(hist, c)); };
     const int64_t total = ctas(chunk), waves = total / capacity, tail = total % capacity;
     if (waves >= 1 && tail > 0 && tail * 4 < capacity)
