@@ -29,8 +29,9 @@ static_assert(kTile * 2 == kThreads, "QK assigns two threads to each key of a ti
 static_assert(kTile % kDecodeFpBlockTokens == 0 && kTile % kDecodeHistBlockTokens == 0,
               "tiles are whole pages (page-aligned), so a tile's rows sit at one stride in shared memory");
 
-// Compile-time geometry of one instantiation. kBits = 0 is the BF16-only cache.
-template <int kBits, int kDim, int kMaxGroup>
+// Compile-time geometry of one instantiation. kBits = 0 is the BF16-only cache (and the
+// split kernel's BF16-window CTAs, whose one tile needs kStages = 1).
+template <int kBits, int kDim, int kMaxGroup, int kStages = 2>
 struct Geometry {
   static constexpr bool kHist = kBits != 0;
   // PV splits a row into units of 8 dims. For packed rows a unit is kUnitBits bytes of
@@ -61,11 +62,12 @@ struct Geometry {
   static constexpr int kQkKeys = kTile / kQkKeyThreads;
   static constexpr int kMaxQGroups = 4;  // d / G at most (G >= 32, d <= 128)
 
-  // Shared memory: [2 stages][K, V][kStageBytes] (also the final reduction buffer) | q
+  // Shared memory: [kStages][K, V][kStageBytes] (also the final reduction buffer) | q
   // [kMaxGroup][d] | Σq per group [kMaxGroup][4] | partial scores [kQkParts][kMaxGroup][kTile]
   // | p [kTile][kMaxGroup] | m, l, alpha [kMaxGroup].
   static constexpr size_t kRedBytes = size_t(kWarps) * kMaxGroup * kDim * 4;
-  static constexpr size_t kBufBytes = 4 * size_t(kStageBytes) > kRedBytes ? 4 * size_t(kStageBytes) : kRedBytes;
+  static constexpr size_t kBufBytes =
+      2 * kStages * size_t(kStageBytes) > kRedBytes ? 2 * kStages * size_t(kStageBytes) : kRedBytes;
   static constexpr size_t kQOff = kBufBytes;
   static constexpr size_t kQSumOff = kQOff + size_t(kMaxGroup) * kDim * 4;
   static constexpr size_t kPartOff = kQSumOff + size_t(kMaxGroup) * kMaxQGroups * 4;
@@ -183,6 +185,29 @@ __device__ void tile_load(const DecodeAttentionParams& p, const Tile& t, int b, 
     const int dst = slot * int(page_bytes) + part * 16;
     cp_async16(sk + dst, p.hist_k + off, page >= 0);
     cp_async16(sv + dst, p.hist_v + off, page >= 0);
+  }
+}
+
+// Issues the cp.async copies of BF16 keys [k0, k0 + n) of a sequence's sink-and-recent run
+// (key k is token k below hs = the sink's end, token he + k − hs after it) into rows 0..n−1
+// of sk and sv. The split kernel's window CTAs take n <= kTile keys this way, all requested
+// at once: read from global memory where they were used, as chains of dependent loads
+// (page id, then rows, tile by tile), each round trip queued behind the history walk's
+// bulk copies, 24 such CTAs took 26–41 µs for 128 keys at (1, 128K) and ended after every
+// history CTA (H100, %globaltimer per CTA; an L2 prefetch of their pages did not help).
+template <class Geo>
+__device__ void window_load(const DecodeAttentionParams& p, int b, int kvh, int k0, int n, int hs, int he, uint8_t* sk,
+                            uint8_t* sv) {
+  constexpr int kParts = Geo::kFpRowBytes / 16 - 1;  // 16-byte parts of a 2d-byte row
+  for (int c = int(threadIdx.x); c < n * kParts; c += kThreads) {
+    const int r = c / kParts, part = c % kParts, key = k0 + r;
+    const int tok = key < hs ? key : he + (key - hs);
+    const int page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + tok / kDecodeFpBlockTokens];
+    const int64_t row = (int64_t(page) * p.n_kv_heads + kvh) * kDecodeFpBlockTokens + tok % kDecodeFpBlockTokens;
+    const int64_t off = page >= 0 ? row * (Geo::kFpRowBytes - 16) + part * 16 : 0;
+    const int dst = r * Geo::kFpRowBytes + part * 16;
+    cp_async16(sk + dst, reinterpret_cast<const uint8_t*>(p.fp_k) + off, page >= 0);
+    cp_async16(sv + dst, reinterpret_cast<const uint8_t*>(p.fp_v) + off, page >= 0);
   }
 }
 
@@ -364,16 +389,17 @@ __device__ __forceinline__ void pv_unit_fp(const uint8_t* row, int unit_dim0, in
   pv_unit_fp_convert(w, x);
 }
 
-// Body of the chunk kernels (grid y = KV head, z = sequence; kThreads threads): keys
-// [chunk·chunk_keys, …) of the sequence, or with windows_only of its BF16 keys alone (sink,
-// then recent window, counted without the history), with the partial written to `slot` of
-// n_slots. gb_log2 = log2(G·bits/8), the bytes (= the run stride P in dims) of one group's
-// codes; for bits = 0 it is log2(d).
+// Body of the chunk kernels (kThreads threads, KV head kvh of sequence b): keys
+// [chunk·chunk_keys, …) of the sequence, or with kWindowsOnly of its BF16 keys alone (sink,
+// then recent window, counted without the history; chunk_keys <= kTile, staged in one
+// go), with the partial written to `slot` of n_slots. gb_log2 = log2(G·bits/8), the bytes
+// (= the run stride P in dims) of one group's codes; for bits = 0 it is log2(d).
 template <int kBits, int kDim, int kMaxGroup, bool kWindowsOnly>
-__device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int gb_log2, int chunk, int chunk_keys,
-                                             int slot, int n_slots) {
-  constexpr bool windows_only = kWindowsOnly;
-  using Geo = Geometry<kBits, kDim, kMaxGroup>;
+__device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int kvh, int b, int gb_log2, int chunk,
+                                             int chunk_keys, int slot, int n_slots) {
+  // Window CTAs hold BF16 keys only: one staged tile, with the BF16 unit mapping.
+  using Geo = std::conditional_t<kWindowsOnly, Geometry<0, kDim, kMaxGroup, 1>, Geometry<kBits, kDim, kMaxGroup>>;
+  if constexpr (kWindowsOnly) gb_log2 = kDim == 128 ? 7 : 6;
   extern __shared__ __align__(16) uint8_t smem[];
   float* sq = reinterpret_cast<float*>(smem + Geo::kQOff);       // [kMaxGroup][d], pre-scaled
   float* sqsum = reinterpret_cast<float*>(smem + Geo::kQSumOff); // [kMaxGroup][4] Σq per group
@@ -383,7 +409,6 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
   float* sl = sm + kMaxGroup;                                    // running sum
   float* salpha = sl + kMaxGroup;                                // rescale of this tile
 
-  const int kvh = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int t_len = p.seq_len[b];
   const int group = p.n_heads / p.n_kv_heads;
@@ -392,15 +417,26 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
   const int row_bytes = kBits == 0 ? 0 : kDim * kBits / 8 + 4 * (kDim / group_size);  // §1 row
   const int hs = min(p.sink, t_len);
   int he = hs;
-  if constexpr (Geo::kHist) he = min(max(p.hist_end[b], hs), t_len);
+  if constexpr (kBits != 0) he = min(max(p.hist_end[b], hs), t_len);
   // The chunk's keys as the three segments sink [a0, e0), history [a1, e1), recent [a2, e2).
   const int i0 = chunk * chunk_keys;
-  const int n_keys = windows_only ? hs + (t_len - he) : t_len;
+  const int n_keys = kWindowsOnly ? hs + (t_len - he) : t_len;
   if (i0 >= n_keys) return write_empty_partial(p, head0, group, slot, n_slots);
   const int i1 = min(n_keys, i0 + chunk_keys);
-  TileCursor cursor = windows_only
-                          ? TileCursor{i0, min(i1, hs), 0, 0, he + max(i0 - hs, 0), he + max(i1 - hs, 0), p.sink}
-                          : TileCursor{i0, min(i1, hs), max(i0, hs), min(i1, he), max(i0, he), i1, p.sink};
+  TileCursor cursor{i0, min(i1, hs), max(i0, hs), min(i1, he), max(i0, he), i1, p.sink};  // not for kWindowsOnly
+
+  // The first tile's copies go out before anything else waits on memory: a window CTA's
+  // whole chunk (one tile, staged at rows 0..n−1), else the chunk's first tile.
+  Tile cur;
+  bool have = true;  // the chunk holds at least one key
+  if constexpr (kWindowsOnly) {
+    cur = Tile{0, 0, i1 - i0, false};
+    window_load<Geo>(p, b, kvh, i0, i1 - i0, hs, he, smem, smem + Geo::kStageBytes);
+  } else {
+    have = cursor.next(cur);
+    tile_load<Geo>(p, cur, b, kvh, row_bytes, smem, smem + Geo::kStageBytes);
+  }
+  cp_async_commit();
 
   // q of the group's heads, times log2(e)/sqrt(d) so that scores are exp2 exponents.
   const float qscale = 1.4426950408889634f / sqrtf(float(kDim));
@@ -436,14 +472,10 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[h][i] = 0.0f;
 
-  Tile cur;
-  bool have = cursor.next(cur);  // the chunk holds at least one key
-  tile_load<Geo>(p, cur, b, kvh, row_bytes, smem, smem + Geo::kStageBytes);
-  cp_async_commit();
   int stage = 0;
   while (have) {
     Tile nxt{};
-    const bool have_next = cursor.next(nxt);
+    const bool have_next = !kWindowsOnly && cursor.next(nxt);
     cp_async_wait<0>();
     // The current tile is visible to all, and every thread is done with the other stage.
     __syncthreads();
@@ -555,48 +587,17 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[h][i] = fmaf(pw[h], x[i], acc[h][i]);
     };
-    if (kWindowsOnly && kMaxGroup <= 4 && !cur.hist) {
-      // BF16 rows read from global memory (a cache with a history stages only packed
-      // tiles): every row this thread takes in the tile is requested before any is used,
-      // 4 at a time, so a tile costs two round trips (page ids, then rows) per 4 rows
-      // instead of per row: the BF16-window CTAs of the split kernel took 20 µs for 128
-      // keys that way (H100, (1, 8K)). Only there, and up to GQA 4: in the chunk kernels,
-      // where such tiles are a few among many, and beside GQA 8's 64 accumulators, the
-      // batch's registers would spill.
-      // Rows per batch: as many as fit beside the walk's registers without spilling.
-      constexpr int kRows = kTile / Geo::kSlices, kBatch = kDim == 64 ? 2 : 4;
-#pragma unroll
-      for (int i0 = 0; i0 < kRows; i0 += kBatch) {
-        uint32_t w[kBatch][4];
-#pragma unroll
-        for (int i = 0; i < kBatch; ++i) {
-          const int r = cur.lo + slice + (i0 + i) * Geo::kSlices;
-          if (r < cur.hi)
-            pv_unit_fp_load<Geo>(fp_row_global<kDim>(p, p.fp_v, b, kvh, cur.base + r), unit_dim0, run_stride, w[i]);
-        }
-#pragma unroll
-        for (int i = 0; i < kBatch; ++i) {
-          const int r = cur.lo + slice + (i0 + i) * Geo::kSlices;
-          if (r < cur.hi) {
-            float x[8];
-            pv_unit_fp_convert(w[i], x);
-            accumulate(r, x);
-          }
-        }
+    for (int r = cur.lo + slice; r < cur.hi; r += Geo::kSlices) {
+      float x[8];
+      if constexpr (Geo::kHist) {
+        if (cur.hist)
+          pv_unit_quant<Geo, kBits>(sv + r * row_bytes, unit_byte, unit_g, x);
+        else
+          pv_unit_fp<Geo>(fp_row_global<kDim>(p, p.fp_v, b, kvh, cur.base + r), unit_dim0, run_stride, x);
+      } else {
+        pv_unit_fp<Geo>(sv + r * Geo::kFpRowBytes, unit_dim0, run_stride, x);
       }
-    } else {
-      for (int r = cur.lo + slice; r < cur.hi; r += Geo::kSlices) {
-        float x[8];
-        if constexpr (Geo::kHist) {
-          if (cur.hist)
-            pv_unit_quant<Geo, kBits>(sv + r * row_bytes, unit_byte, unit_g, x);
-          else
-            pv_unit_fp<Geo>(fp_row_global<kDim>(p, p.fp_v, b, kvh, cur.base + r), unit_dim0, run_stride, x);
-        } else {
-          pv_unit_fp<Geo>(sv + r * Geo::kFpRowBytes, unit_dim0, run_stride, x);
-        }
-        accumulate(r, x);
-      }
+      accumulate(r, x);
     }
     cur = nxt;
     have = have_next;
@@ -639,29 +640,34 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
 // registers) up to GQA 2, 4 (≤ 128) at GQA 4, 3 at GQA 8 (64 accumulators).
 constexpr int hist_ctas_per_sm(int max_group) { return max_group <= 2 ? 5 : max_group <= 4 ? 4 : 3; }
 
-// BF16 keys of the tensor-core split go in chunks of 128 (a few hundred keys per sequence:
-// short chunks spread them over more CTAs), or of 64 beside history chunks of 1024 keys or
-// fewer: a short history's walk ends early, and the window CTAs, a chain of global round
-// trips per tile, were then the kernel's last (H100, (1, 8K): 0.021 -> 0.016 ms with
-// 1024-key history chunks; at whole waves the extra CTAs cost 1-4 %).
-constexpr int window_chunk_keys(int chunk_keys) { return chunk_keys <= 1024 ? 64 : 128; }
+// BF16 keys of the tensor-core split go in chunks of one tile (64 keys), each staged in one
+// go by its own CTA (window_load): a few hundred keys per sequence, spread over CTAs that
+// run beside the history walk.
+constexpr int kWindowChunk = kTile;
 
 // BF16-only cache (≈ 80 KB of shared memory, 2 CTAs per SM): the compiler's register choice.
 template <int kDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads) decode_chunk_kernel_fp(const DecodeAttentionParams p, int gb_log2,
                                                                    int n_slots) {
-  decode_chunk<0, kDim, kMaxGroup, false>(p, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x, n_slots);
+  decode_chunk<0, kDim, kMaxGroup, false>(p, blockIdx.y, blockIdx.z, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x, n_slots);
 }
 
 // Every key on the CUDA cores (INT8, G < d, or tensor_cores = false).
 template <int kBits, int kDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads, hist_ctas_per_sm(kMaxGroup))
     decode_chunk_kernel_hist(const DecodeAttentionParams p, int gb_log2, int n_slots) {
-  decode_chunk<kBits, kDim, kMaxGroup, false>(p, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x, n_slots);
+  decode_chunk<kBits, kDim, kMaxGroup, false>(p, blockIdx.y, blockIdx.z, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x,
+                                              n_slots);
 }
 
-// INT2/INT4 with G = d: the first n_window_slots CTAs of x take the BF16 keys (CUDA cores),
-// the rest the history chunks (tensor cores), in one launch so both kinds overlap.
+// INT2/INT4 with G = d, one launch so both kinds of CTA overlap: grid (KV head, sequence,
+// z), z < the history's chunks walking a history chunk (tensor cores), the rest taking the
+// BF16 keys (CUDA cores); slots per (sequence, head) are the windows' first, then the
+// history's. The block scheduler hands out CTAs in index order (x fastest, z slowest), so
+// every history CTA comes before every window CTA: under one wave the history CTAs are
+// spread evenly over the SMs and the short window CTAs fill in beside them (with each
+// head's windows first, the last history CTAs took a fourth place on some SMs, which then
+// set the kernel's end).
 // The split kernel holds the history walk's fragments too (≈ 100+ registers): 4 CTAs per SM
 // (3 at GQA 8), which is also what its shared memory allows.
 constexpr int split_ctas_per_sm(int max_group) { return max_group <= 4 ? 4 : 3; }
@@ -679,22 +685,23 @@ constexpr int kHistPair = kMaxGroup == 4 ? 2 : 1;
 template <int kBits, int kMaxGroup>
 constexpr bool kHasPipelinedWalk = kBits == 2 && kMaxGroup == 4;
 
-// kWindowChunk (window_chunk_keys) is a template parameter: as a runtime value it cost the
-// window code registers (a spill) and whole-wave grids 1 % (H100).
-template <int kBits, int kDim, int kMaxGroup, bool kPipelined, int kWindowChunk>
+template <int kBits, int kDim, int kMaxGroup, bool kPipelined>
 __global__ void __launch_bounds__(kThreads, split_ctas_per_sm(kMaxGroup))
     decode_split_kernel(const DecodeAttentionParams p, int gb_log2, int n_window_slots, int n_slots) {
-  const int x = blockIdx.x;
-  if (x < n_window_slots)
-    decode_chunk<kBits, kDim, kMaxGroup, true>(p, gb_log2, x, kWindowChunk, x, n_slots);
-  else
-    decode_history_mma<kBits, kDim, kHistPair<kMaxGroup>, kPipelined>(p, x - n_window_slots, x, n_slots);
+  const int kvh = blockIdx.x, b = blockIdx.y, n_hist_slots = n_slots - n_window_slots;
+  if (int(blockIdx.z) < n_hist_slots) {
+    const int chunk = blockIdx.z;
+    decode_history_mma<kBits, kDim, kHistPair<kMaxGroup>, kPipelined>(p, kvh, b, chunk, n_window_slots + chunk, n_slots);
+  } else {
+    const int w = int(blockIdx.z) - n_hist_slots;
+    decode_chunk<kBits, kDim, kMaxGroup, true>(p, kvh, b, gb_log2, w, kWindowChunk, w, n_slots);
+  }
 }
 
 // One instantiation of the split kernel as a type (its address in ::value), for the launch.
-template <int kBits, int kDim, int kMaxGroup, bool kPipelined, int kWindowChunk>
-using SplitKernel = std::integral_constant<decltype(&decode_split_kernel<kBits, kDim, kMaxGroup, kPipelined, kWindowChunk>),
-                                           &decode_split_kernel<kBits, kDim, kMaxGroup, kPipelined, kWindowChunk>>;
+template <int kBits, int kDim, int kMaxGroup, bool kPipelined>
+using SplitKernel = std::integral_constant<decltype(&decode_split_kernel<kBits, kDim, kMaxGroup, kPipelined>),
+                                           &decode_split_kernel<kBits, kDim, kMaxGroup, kPipelined>>;
 
 // grid (n_heads, B), kMergeThreads threads: out = Σ_c 2^(m_c − M)·o_c / Σ_c 2^(m_c − M)·l_c
 // over the slots that saw keys (l > 0; an empty slot has m = −inf, l = 0 and no o). A long
@@ -787,7 +794,7 @@ int64_t split_history_rows(const DecodeAttentionParams& p) { return std::max<int
 
 SlotCounts slot_counts(const DecodeAttentionParams& p) {
   if (!uses_split(p)) return {0, ceil_div(p.max_seq_len, p.chunk_keys)};
-  const int64_t window = ceil_div(split_window_keys(p), window_chunk_keys(p.chunk_keys));
+  const int64_t window = ceil_div(split_window_keys(p), kWindowChunk);
   return {window, window + ceil_div(split_history_rows(p), p.chunk_keys)};
 }
 
@@ -804,6 +811,10 @@ void check_params(const DecodeAttentionParams& p) {
   need(p.chunk_keys >= kTile && p.chunk_keys % kTile == 0,
        "chunk_keys " + std::to_string(p.chunk_keys) + " is not a positive multiple of 64");
   need(p.max_seq_len >= 0 && p.max_seq_len <= INT32_MAX - p.chunk_keys, "max_seq_len out of range");
+  // The split kernel's chunks and window pieces of one sequence are its grid's z (≤ 65535).
+  need(!uses_split(p) || slot_counts(p).total <= 65535,
+       "max_seq_len " + std::to_string(p.max_seq_len) + " needs more than 65535 chunks of " + std::to_string(p.chunk_keys) +
+           " keys");
   need(p.q && p.seq_len && p.fp_k && p.fp_v && p.fp_blocks && p.out, "a required pointer is null");
   need(aligned16(p.fp_k) && aligned16(p.fp_v), "fp pools must be 16-byte aligned");
   need(p.max_seq_len == 0 || p.workspace, "workspace is null");
@@ -817,16 +828,23 @@ void allow_smem(size_t bytes) {
   check_cuda(attr, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
 }
 
+// Dynamic shared memory of the split kernel: the history walk's (MmaGeometry) or the window
+// CTAs' (one staged BF16 tile), whichever is larger; the walk's, for every instantiation.
+template <int kBits, int kDim, int kMaxGroup>
+constexpr size_t split_smem_bytes() {
+  constexpr size_t kWalk = MmaGeometry<kBits, kDim>::kSmemBytes, kWindow = Geometry<0, kDim, kMaxGroup, 1>::kSmemBytes;
+  static_assert(kWindow <= kWalk, "the window CTAs' tile would cost the walk occupancy");
+  return kWalk;
+}
+
 // CTAs of the tensor-core split kernel one SM holds (registers and shared memory limit it);
 // 0 when the runtime cannot tell.
 template <int kBits, int kDim, int kMaxGroup>
 int split_ctas_per_sm() {
-  using Geo = Geometry<kBits, kDim, kMaxGroup>;
-  using M = MmaGeometry<kBits, kDim>;
-  constexpr size_t kSmem = Geo::kSmemBytes > size_t(M::kSmemBytes) ? Geo::kSmemBytes : size_t(M::kSmemBytes);
-  allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup, false, 128>>(kSmem);  // else > 48 KB reads as 0 CTAs
+  constexpr size_t kSmem = split_smem_bytes<kBits, kDim, kMaxGroup>();
+  allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup, false>>(kSmem);  // else > 48 KB reads as 0 CTAs
   int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<kBits, kDim, kMaxGroup, false, 128>, kThreads, kSmem) !=
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<kBits, kDim, kMaxGroup, false>, kThreads, kSmem) !=
       cudaSuccess) {
     cudaGetLastError();
     return 0;
@@ -858,28 +876,20 @@ void launch(const DecodeAttentionParams& p, cudaStream_t stream) {
     const dim3 grid(unsigned(n_slots), unsigned(p.n_kv_heads), unsigned(p.batch));
     if constexpr (kBits == 2 || kBits == 4) {
       if (uses_split(p)) {
-        using M = MmaGeometry<kBits, kDim>;
-        constexpr size_t kSmem = Geo::kSmemBytes > size_t(M::kSmemBytes) ? Geo::kSmemBytes : size_t(M::kSmemBytes);
+        constexpr size_t kSmem = split_smem_bytes<kBits, kDim, kMaxGroup>();
         const int window = int(slots.window);
         bool pipelined = false;
         if constexpr (kHasPipelinedWalk<kBits, kMaxGroup>)
           pipelined = split_grid_under_one_wave<kBits, kDim, kMaxGroup>(int64_t(n_slots) * p.n_kv_heads * p.batch);
         const auto run = [&](auto kernel) {
           allow_smem<decltype(kernel)::value>(kSmem);
-          decltype(kernel)::value<<<grid, kThreads, kSmem, stream>>>(p, gb_log2, window, n_slots);
+          const dim3 split_grid(unsigned(p.n_kv_heads), unsigned(p.batch), unsigned(n_slots));
+          decltype(kernel)::value<<<split_grid, kThreads, kSmem, stream>>>(p, gb_log2, window, n_slots);
         };
-        const bool short_windows = window_chunk_keys(p.chunk_keys) == 64;
         if (pipelined) {
-          if constexpr (kHasPipelinedWalk<kBits, kMaxGroup>) {
-            if (short_windows)
-              run(SplitKernel<kBits, kDim, kMaxGroup, true, 64>{});
-            else
-              run(SplitKernel<kBits, kDim, kMaxGroup, true, 128>{});
-          }
-        } else if (short_windows) {
-          run(SplitKernel<kBits, kDim, kMaxGroup, false, 64>{});
+          if constexpr (kHasPipelinedWalk<kBits, kMaxGroup>) run(SplitKernel<kBits, kDim, kMaxGroup, true>{});
         } else {
-          run(SplitKernel<kBits, kDim, kMaxGroup, false, 128>{});
+          run(SplitKernel<kBits, kDim, kMaxGroup, false>{});
         }
         check_cuda(cudaGetLastError(), "decode_split_kernel launch");
       }
@@ -950,9 +960,8 @@ int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   // rows or more) takes 3072-key chunks: each CTA's fixed cost, and each slot the merge
   // reads, is spread over 50 % more keys (H100, B = 1: INT2 and INT4 7–12 % faster at 32K
   // and 128K keys; at 8K, INT4 is 20 % slower with them). A grid that fits in one wave even
-  // at 1024-key chunks (with 64-key window chunks, window_chunk_keys) takes those: each
-  // warp's walk is then a few steps, and what bounds the kernel is each CTA's chain of steps
-  // and the window CTAs' round trips (H100, INT2: (1, 8K) 0.021 -> 0.016 ms, (1, 32K)
+  // at 1024-key chunks takes those: each warp's walk is then a few steps, and each CTA's
+  // chain of steps bounds the kernel (H100, INT2: (1, 8K) 0.021 -> 0.016 ms, (1, 32K)
   // 0.0253 -> 0.0231; (1, 128K) does not fit and keeps 3072).
   const int64_t target = 16 * int64_t(n_sm > 0 ? n_sm : 132);
   const int per_sm = n_sm > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 ? split_ctas_per_sm(p) : 0;
@@ -960,7 +969,7 @@ int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   int chunk = 2048;
   const int64_t hist = split_history_rows(p), window_keys = split_window_keys(p);
   const int64_t capacity = int64_t(per_sm) * n_sm;  // resident CTAs: one wave
-  if (per_sm > 0 && heads * (ceil_div(window_keys, window_chunk_keys(1024)) + ceil_div(hist, 1024)) <= capacity)
+  if (per_sm > 0 && heads * (ceil_div(window_keys, kWindowChunk) + ceil_div(hist, 1024)) <= capacity)
     chunk = 1024;
   else if (per_sm > 0 && hist >= 16384 && heads * ceil_div(hist, chunk) <= capacity)
     chunk = 3072;
@@ -969,7 +978,7 @@ int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   // and finish alone (at (1, 128K): 536 CTAs for 528 places, the SMs idle 30 % of the
   // kernel): lengthen the chunks, a page group at a time, until the tail wave is gone.
   if (per_sm > 0) {
-    const int64_t window = ceil_div(window_keys, window_chunk_keys(chunk));
+    const int64_t window = ceil_div(window_keys, kWindowChunk);
     const auto ctas = [&](int64_t c) { return heads * (window + ceil_div(hist, c)); };
     const int64_t total = ctas(chunk), waves = total / capacity, tail = total % capacity;
     if (waves >= 1 && tail > 0 && tail * 4 < capacity)

@@ -142,15 +142,14 @@ __device__ __forceinline__ void write_empty_partial(const DecodeAttentionParams&
     reinterpret_cast<float2*>(p.workspace)[(head0 + threadIdx.x) * n_slots + slot] = make_float2(-INFINITY, 0.0f);
 }
 
-// History rows [chunk·chunk_keys, …) of sequence blockIdx.z, KV head blockIdx.y (row r is
-// token S + r); partial written to `slot` of n_slots.
+// History rows [chunk·chunk_keys, …) of sequence b, KV head kvh (row r is token S + r);
+// partial written to `slot` of n_slots.
 // kPair = 2 (GQA ≤ 4 only) processes slabs in pairs, the second against q' in columns 4–7.
 // kPipelined computes step s + 1's scores beside step s's softmax and P·V (see the walk).
 template <int kBits, int kDim, int kPair, bool kPipelined>
-__device__ void decode_history_mma(const DecodeAttentionParams& p, int chunk, int slot, int n_slots) {
+__device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int b, int chunk, int slot, int n_slots) {
   using M = MmaGeometry<kBits, kDim>;
   extern __shared__ __align__(16) uint8_t smem[];
-  const int kvh = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int group = p.n_heads / p.n_kv_heads;
   const int64_t head0 = int64_t(b) * p.n_heads + int64_t(kvh) * group;
