@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine, from the repo root: build the CUDA backend standalone (Release, into
 # build-cuda/), run its tests (a GPU is required), compute-sanitizer memcheck on them, then
-# the decode-attention benchmark, writing ${OUT:-.}/decode_attention_<date>.json, and the
+# the decode-attention benchmark, writing ${OUT:-.}/decode_attention_<date>.json, the memory
+# floor of its history walk's copy pattern (${OUT:-.}/tma_walk_<date>.json), and the
 # PyTorch SDPA baseline on the same shapes (${OUT:-.}/sdpa_baseline_<date>.json), then the
 # end-to-end decode benchmark (DeviceModel at the Qwen3-8B shape, ${OUT:-.}/cuda_e2e_decode.json).
 # A failed build or test stops the script (set -e); the sanitizer's verdict is recorded
@@ -54,6 +55,11 @@ json="$out_dir/decode_attention_$(date +%F).json"
 bench_rc=0
 "$build_dir/bench_decode_attention" --json "$json" --commit "$commit" || bench_rc=$?
 
+echo "== TMA walk floor (the history walk's copy pattern, no arithmetic)"
+walk_json="$out_dir/tma_walk_$(date +%F).json"
+walk_rc=0
+"$build_dir/bench_tma_walk" --json "$walk_json" --commit "$commit" || walk_rc=$?
+
 echo "== PyTorch SDPA baseline (BF16 KV)"
 sdpa_json="$out_dir/sdpa_baseline_$(date +%F).json"
 sdpa="not run (python3 has no torch)"
@@ -71,6 +77,7 @@ echo "commit:   $commit"
 echo "tests:    PASS"
 echo "memcheck: $sanitizer"
 echo "bench:    $([ "$bench_rc" -eq 0 ] && echo "OK ($json)" || echo "FAIL (exit $bench_rc)")"
+echo "walk:     $([ "$walk_rc" -eq 0 ] && echo "OK ($walk_json)" || echo "FAIL (exit $walk_rc)")"
 echo "sdpa:     $sdpa"
 echo "e2e:      $([ "$e2e_rc" -eq 0 ] && echo "OK ($e2e_json)" || echo "FAIL (exit $e2e_rc)")"
-[ "$bench_rc" -eq 0 ] && [ "$e2e_rc" -eq 0 ]
+[ "$bench_rc" -eq 0 ] && [ "$walk_rc" -eq 0 ] && [ "$e2e_rc" -eq 0 ]
