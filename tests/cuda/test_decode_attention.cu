@@ -399,6 +399,27 @@ void run_param_checks() {
   p.chunk_keys = 256;
   const std::string msg = error_of([&] { oscar::cuda::decode_attention(p); });
   report(msg.find("head_dim 96") != std::string::npos, "invalid head_dim refused: \"" + msg + "\"");
+
+  // The tensor-core split puts one sequence's chunks on its grid's z (at most 65535): more
+  // are refused by name. Host pointers stand in for device ones: nothing is launched.
+  alignas(16) static uint8_t pool[16];
+  static int32_t table[1];
+  DecodeAttentionParams s;
+  s.batch = 1;
+  s.n_heads = 8;
+  s.n_kv_heads = 2;
+  s.head_dim = 128;
+  s.bits = 2;
+  s.group = 128;
+  s.chunk_keys = 64;
+  s.max_seq_len = int64_t(64) * 70000;
+  s.max_window_keys = 320;
+  s.hist_end = table;
+  s.hist_blocks = table;
+  s.hist_k = pool;
+  s.hist_v = pool;
+  const std::string many = error_of([&] { oscar::cuda::decode_attention(s); });
+  report(many.find("65535 chunks") != std::string::npos, "split grid over 65535 chunks refused: \"" + many + "\"");
 }
 
 }  // namespace

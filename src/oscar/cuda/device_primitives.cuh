@@ -19,6 +19,13 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// Programmatic dependent launch (sm_90). A kernel launched after this grid with
+// cudaLaunchAttributeProgrammaticStreamSerialization may start once every CTA of this grid
+// has called allow_dependent_launch (or exited); its wait_for_prior_grid still returns only
+// when this grid has completed and its writes are visible.
+__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void wait_for_prior_grid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
 // Hopper bulk copies (the TMA unit) into shared memory, completed on an mbarrier: one lane
 // issues a whole contiguous range (16-byte aligned, a multiple of 16 bytes) and any thread
 // waits on the barrier's phase.
