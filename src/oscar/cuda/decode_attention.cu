@@ -147,6 +147,18 @@ __device__ __forceinline__ float2 load_scale_zero(const uint8_t* p) {
   return make_float2(s, -z * s);
 }
 
+// Issues the cp.async copies of 16-byte part `part` of token tok's BF16 K and V rows into
+// offset dst of sk and sv (zeros for a released page).
+template <class Geo>
+__device__ __forceinline__ void fp_row_part_load(const DecodeAttentionParams& p, int b, int kvh, int tok, int part,
+                                                 int dst, uint8_t* sk, uint8_t* sv) {
+  const int page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + tok / kDecodeFpBlockTokens];
+  const int64_t row = (int64_t(page) * p.n_kv_heads + kvh) * kDecodeFpBlockTokens + tok % kDecodeFpBlockTokens;
+  const int64_t off = page >= 0 ? row * (Geo::kFpRowBytes - 16) + part * 16 : 0;
+  cp_async16(sk + dst, reinterpret_cast<const uint8_t*>(p.fp_k) + off, page >= 0);
+  cp_async16(sv + dst, reinterpret_cast<const uint8_t*>(p.fp_v) + off, page >= 0);
+}
+
 // Issues the cp.async copies of one tile's K and V rows into shared memory.
 template <class Geo>
 __device__ void tile_load(const DecodeAttentionParams& p, const Tile& t, int b, int kvh, int row_bytes, uint8_t* sk,
@@ -158,13 +170,7 @@ __device__ void tile_load(const DecodeAttentionParams& p, const Tile& t, int b, 
     const int n = (t.hi - t.lo) * kParts;
     for (int c = tid; c < n; c += kThreads) {
       const int r = t.lo + c / kParts, part = c % kParts;
-      const int tok = t.base + r;
-      const int page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + tok / kDecodeFpBlockTokens];
-      const int64_t row = (int64_t(page) * p.n_kv_heads + kvh) * kDecodeFpBlockTokens + tok % kDecodeFpBlockTokens;
-      const int64_t off = page >= 0 ? row * (Geo::kFpRowBytes - 16) + part * 16 : 0;
-      const int dst = r * Geo::kFpRowBytes + part * 16;
-      cp_async16(sk + dst, reinterpret_cast<const uint8_t*>(p.fp_k) + off, page >= 0);
-      cp_async16(sv + dst, reinterpret_cast<const uint8_t*>(p.fp_v) + off, page >= 0);
+      fp_row_part_load<Geo>(p, b, kvh, t.base + r, part, r * Geo::kFpRowBytes + part * 16, sk, sv);
     }
     return;
   }
@@ -201,13 +207,7 @@ __device__ void window_load(const DecodeAttentionParams& p, int b, int kvh, int 
   constexpr int kParts = Geo::kFpRowBytes / 16 - 1;  // 16-byte parts of a 2d-byte row
   for (int c = int(threadIdx.x); c < n * kParts; c += kThreads) {
     const int r = c / kParts, part = c % kParts, key = k0 + r;
-    const int tok = key < hs ? key : he + (key - hs);
-    const int page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + tok / kDecodeFpBlockTokens];
-    const int64_t row = (int64_t(page) * p.n_kv_heads + kvh) * kDecodeFpBlockTokens + tok % kDecodeFpBlockTokens;
-    const int64_t off = page >= 0 ? row * (Geo::kFpRowBytes - 16) + part * 16 : 0;
-    const int dst = r * Geo::kFpRowBytes + part * 16;
-    cp_async16(sk + dst, reinterpret_cast<const uint8_t*>(p.fp_k) + off, page >= 0);
-    cp_async16(sv + dst, reinterpret_cast<const uint8_t*>(p.fp_v) + off, page >= 0);
+    fp_row_part_load<Geo>(p, b, kvh, key < hs ? key : he + (key - hs), part, r * Geo::kFpRowBytes + part * 16, sk, sv);
   }
 }
 
@@ -356,37 +356,24 @@ __device__ __forceinline__ void pv_unit_quant(const uint8_t* row, int unit_byte,
     }
 }
 
-// The 8 BF16 values of a PV unit of an fp row (16 bytes in kRuns runs), as raw words: x[2i],
-// x[2i + 1] are the low and high halves of w[i] (pv_unit_fp_convert).
 template <class Geo>
-__device__ __forceinline__ void pv_unit_fp_load(const uint8_t* row, int unit_dim0, int run_stride, uint32_t (&w)[4]) {
+__device__ __forceinline__ void pv_unit_fp(const uint8_t* row, int unit_dim0, int run_stride, float (&x)[8]) {
 #pragma unroll
   for (int s = 0; s < Geo::kRuns; ++s) {
     const uint8_t* src = row + (unit_dim0 + s * run_stride) * 2;
+    float* dst = x + s * Geo::kRunLen;
     if constexpr (Geo::kRunLen == 2) {
-      w[s] = *reinterpret_cast<const uint32_t*>(src);
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(src);
+      dst[0] = bf16_lo(w); dst[1] = bf16_hi(w);
     } else if constexpr (Geo::kRunLen == 4) {
-      const uint2 v = *reinterpret_cast<const uint2*>(src);
-      w[2 * s] = v.x;
-      w[2 * s + 1] = v.y;
+      const uint2 w = *reinterpret_cast<const uint2*>(src);
+      dst[0] = bf16_lo(w.x); dst[1] = bf16_hi(w.x); dst[2] = bf16_lo(w.y); dst[3] = bf16_hi(w.y);
     } else {
-      const uint4 v = *reinterpret_cast<const uint4*>(src);
-      w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+      const uint4 w = *reinterpret_cast<const uint4*>(src);
+      dst[0] = bf16_lo(w.x); dst[1] = bf16_hi(w.x); dst[2] = bf16_lo(w.y); dst[3] = bf16_hi(w.y);
+      dst[4] = bf16_lo(w.z); dst[5] = bf16_hi(w.z); dst[6] = bf16_lo(w.w); dst[7] = bf16_hi(w.w);
     }
   }
-}
-__device__ __forceinline__ void pv_unit_fp_convert(const uint32_t (&w)[4], float (&x)[8]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    x[2 * i] = bf16_lo(w[i]);
-    x[2 * i + 1] = bf16_hi(w[i]);
-  }
-}
-template <class Geo>
-__device__ __forceinline__ void pv_unit_fp(const uint8_t* row, int unit_dim0, int run_stride, float (&x)[8]) {
-  uint32_t w[4];
-  pv_unit_fp_load<Geo>(row, unit_dim0, run_stride, w);
-  pv_unit_fp_convert(w, x);
 }
 
 // Body of the chunk kernels (kThreads threads, KV head kvh of sequence b): keys
@@ -578,15 +565,6 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[h][i] *= a;
     }
-    const auto accumulate = [&](int r, const float (&x)[8]) {
-      float pw[kMaxGroup];
-#pragma unroll
-      for (int h = 0; h < kMaxGroup; ++h) pw[h] = sp[r * kMaxGroup + h];
-#pragma unroll
-      for (int h = 0; h < kMaxGroup; ++h)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[h][i] = fmaf(pw[h], x[i], acc[h][i]);
-    };
     for (int r = cur.lo + slice; r < cur.hi; r += Geo::kSlices) {
       float x[8];
       if constexpr (Geo::kHist) {
@@ -597,7 +575,13 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
       } else {
         pv_unit_fp<Geo>(sv + r * Geo::kFpRowBytes, unit_dim0, run_stride, x);
       }
-      accumulate(r, x);
+      float pw[kMaxGroup];
+#pragma unroll
+      for (int h = 0; h < kMaxGroup; ++h) pw[h] = sp[r * kMaxGroup + h];
+#pragma unroll
+      for (int h = 0; h < kMaxGroup; ++h)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[h][i] = fmaf(pw[h], x[i], acc[h][i]);
     }
     cur = nxt;
     have = have_next;
@@ -790,16 +774,17 @@ bool uses_split(const DecodeAttentionParams& p) {
 struct SlotCounts {
   int64_t window = 0, total = 0;
 };
-// The split's BF16 keys per sequence (max_window_keys, or every key when it is 0) and its
-// history rows per sequence, as the grid and the default chunk size them.
-int64_t split_window_keys(const DecodeAttentionParams& p) {
-  return p.max_window_keys > 0 ? std::min(p.max_window_keys, p.max_seq_len) : p.max_seq_len;
+// The split's window pieces per sequence (its BF16 keys, max_window_keys or every key when
+// that is 0, in kWindowChunk pieces) and its history rows per sequence, as the grid and the
+// default chunk size them.
+int64_t split_window_slots(const DecodeAttentionParams& p) {
+  return ceil_div(p.max_window_keys > 0 ? std::min(p.max_window_keys, p.max_seq_len) : p.max_seq_len, kWindowChunk);
 }
 int64_t split_history_rows(const DecodeAttentionParams& p) { return std::max<int64_t>(p.max_seq_len - p.sink, 0); }
 
 SlotCounts slot_counts(const DecodeAttentionParams& p) {
   if (!uses_split(p)) return {0, ceil_div(p.max_seq_len, p.chunk_keys)};
-  const int64_t window = ceil_div(split_window_keys(p), kWindowChunk);
+  const int64_t window = split_window_slots(p);
   return {window, window + ceil_div(split_history_rows(p), p.chunk_keys)};
 }
 
@@ -984,9 +969,9 @@ int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   const int per_sm = n_sm > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 ? split_ctas_per_sm(p) : 0;
   const int64_t heads = int64_t(p.batch) * p.n_kv_heads;
   int chunk = 2048;
-  const int64_t hist = split_history_rows(p), window_keys = split_window_keys(p);
+  const int64_t hist = split_history_rows(p), window = split_window_slots(p);
   const int64_t capacity = int64_t(per_sm) * n_sm;  // resident CTAs: one wave
-  if (per_sm > 0 && heads * (ceil_div(window_keys, kWindowChunk) + ceil_div(hist, 1024)) <= capacity)
+  if (per_sm > 0 && heads * (window + ceil_div(hist, 1024)) <= capacity)
     chunk = 1024;
   else if (per_sm > 0 && hist >= 16384 && heads * ceil_div(hist, chunk) <= capacity)
     chunk = 3072;
@@ -995,7 +980,6 @@ int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   // and finish alone (at (1, 128K): 536 CTAs for 528 places, the SMs idle 30 % of the
   // kernel): lengthen the chunks, a page group at a time, until the tail wave is gone.
   if (per_sm > 0) {
-    const int64_t window = ceil_div(window_keys, kWindowChunk);
     const auto ctas = [&](int64_t c) { return heads * (window + ceil_div(hist, c)); };
     const int64_t total = ctas(chunk), waves = total / capacity, tail = total % capacity;
     if (waves >= 1 && tail > 0 && tail * 4 < capacity)
