@@ -157,16 +157,6 @@ Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, L2Flush& flus
   return row;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string r;
-  for (char c : s) {
-    if (c == '"' || c == '\\') r += '\\';
-    if (c == '\n') { r += "\\n"; continue; }
-    r += c;
-  }
-  return r;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -349,19 +349,6 @@ struct Ratio {
   double ratio = 0;
 };
 
-std::string json_escape(const std::string& s) {
-  std::string r;
-  for (char c : s) {
-    if (c == '"' || c == '\\') r += '\\';
-    if (c == '\n') {
-      r += "\\n";
-      continue;
-    }
-    r += c;
-  }
-  return r;
-}
-
 bool parse_list(const std::string& s, std::vector<int64_t>* out) {
   out->clear();
   size_t i = 0;

@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     const std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     std::fprintf(f, "{\n  \"device\": \"%s\",\n  \"date\": \"%s\",\n  \"commit\": \"%s\",\n  \"command\": \"%s\",\n",
-                 prop.name, date, commit.c_str(), command.c_str());
+                 json_escape(prop.name).c_str(), date, json_escape(commit).c_str(), json_escape(command).c_str());
     std::fprintf(f, "  \"copy_GBps\": %.2f,\n  \"bytes\": %zu,\n  \"floor_ms\": %.5f,\n", copy, total, floor_ms);
     std::fprintf(f, "  \"note\": \"TMA bulk copies of K and V blocks into per-warp rings (4 warps per CTA, one wave), "
                     "no arithmetic; frac = GB/s / copy_GBps\",\n  \"rows\": [\n");

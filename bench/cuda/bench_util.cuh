@@ -1,10 +1,12 @@
-// Helpers shared by the CUDA benchmarks (bench_decode_attention, bench_e2e_decode): device
-// allocations that may fail, finite random fills, event-timed medians, and the
-// device-to-device copy bandwidth every "fraction of copy" figure divides by.
+// Helpers shared by the CUDA benchmarks (bench_decode_attention, bench_e2e_decode, bench_tma_walk): device
+// allocations that may fail, finite random fills, event-timed medians, the
+// device-to-device copy bandwidth every "fraction of copy" figure divides by, and JSON
+// string escaping for their --json output.
 #pragma once
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -86,6 +88,20 @@ struct L2Flush {
     }
   }
 };
+
+// A string as the inside of a JSON string literal (the benchmarks' --json output).
+std::string json_escape(const std::string& s) {
+  std::string r;
+  for (char c : s) {
+    if (c == '"' || c == '\\') r += '\\';
+    if (c == '\n') {
+      r += "\\n";
+      continue;
+    }
+    r += c;
+  }
+  return r;
+}
 
 float median(std::vector<float> v) {
   if (v.empty()) return 0.f;
