@@ -793,6 +793,8 @@ void check_params(const DecodeAttentionParams& p) {
     if (!ok) fail(what);
   };
   need(p.batch >= 0 && p.batch <= 65535, "batch " + std::to_string(p.batch) + " outside [0, 65535]");
+  // (The history walk's page offsets are n_kv_heads · page bytes in 32 bits.)
+  need(p.n_kv_heads <= 65535, "n_kv_heads " + std::to_string(p.n_kv_heads) + " above 65535");
   const std::string shape = kv_shape_problem(p.head_dim, p.n_heads, p.n_kv_heads, p.bits, p.group, kDecodeMaxGroup,
                                              p.hist_end, p.hist_k, p.hist_v, p.hist_blocks);
   need(shape.empty(), shape);
@@ -955,40 +957,38 @@ int decode_attention_default_chunk(int batch, int n_kv_heads, int64_t max_seq_le
 
 int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   if (!uses_split(p)) return decode_attention_default_chunk(p.batch, p.n_kv_heads, p.max_seq_len, n_sm);
-  // The tensor-core history walk is short per key, so long chunks pay for each CTA's ramp
-  // (q setup, the copy pipeline filling): 2048 keys (but see below), and no more than about 16
-  // CTAs per SM (H100: 2048–4096 measured best from (1, 8K) to (32, 32K), docs/cuda.md).
-  // A grid that fills less than one wave at 2048 keys (a few long sequences: 16K history
-  // rows or more) takes 3072-key chunks: each CTA's fixed cost, and each slot the merge
-  // reads, is spread over 50 % more keys (H100, B = 1: INT2 and INT4 7–12 % faster at 32K
-  // and 128K keys; at 8K, INT4 is 20 % slower with them). A grid that fits in one wave even
-  // at 1024-key chunks takes those: each warp's walk is then a few steps, and each CTA's
-  // chain of steps bounds the kernel (H100, INT2: (1, 8K) 0.021 -> 0.016 ms, (1, 32K)
-  // 0.0253 -> 0.0231; (1, 128K) does not fit and keeps 3072).
+  // Chunks of 16 steps of each warp's walk (INT2 4096 rows, INT4 2048): long enough that a
+  // CTA's fixed costs (q setup, the copy pipeline filling, its partial and the merge's read
+  // of it) are a small part of it. Shorter, halving, only while the history CTAs would
+  // number fewer than 1.75 per SM (a few sequences: (1, 32K) takes 1024, (1, 8K) 512, the
+  // floor). Twice as long where that grid is about a wave or more than two (large
+  // batches), or where the 16-step grid would spill a little past one wave (its second
+  // wave mostly empty) and the longer one does not. Measured on the H100 (GQA 4, d 128;
+  // docs/cuda.md), INT2, each against the next best: (1, 128K) 4096 0.0383 ms (3072:
+  // 0.0404, 3968: 0.039, 5120: 0.042), (1, 32K) 1024 0.0185 (512: 0.020, 2048: 0.019),
+  // (1, 8K) 512 0.0127 (256: 0.0133, 1024: 0.0138), (8, 32K) 4096 0.0687 (2048: 0.0711,
+  // 8192: 0.081), (32, 32K) 8192 0.230 (4096: 0.2325), (64, 8K) 8192 0.143 (4096: 0.146);
+  // INT4: (1, 128K) 4096 0.062 (2048, 1.3 waves: 0.0724), (8, 32K) 2048 0.116 (1024:
+  // 0.1175, 4672: 0.135), (32, 32K) 4096 0.408 (2048: 0.417, 8192: 0.422), (64, 8K) 4096
+  // 0.232 (2048: 0.2375, 8128: 0.248). The BF16-window CTAs are not counted: they are short.
   const int64_t target = 16 * int64_t(n_sm > 0 ? n_sm : 132);
   const int per_sm = n_sm > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 ? split_ctas_per_sm(p) : 0;
   const int64_t heads = int64_t(p.batch) * p.n_kv_heads;
-  int chunk = 2048;
-  const int64_t hist = split_history_rows(p), window = split_window_slots(p);
-  const int64_t capacity = int64_t(per_sm) * n_sm;  // resident CTAs: one wave
-  if (per_sm > 0 && heads * (window + ceil_div(hist, 1024)) <= capacity)
-    chunk = 1024;
-  else if (per_sm > 0 && hist >= 16384 && heads * ceil_div(hist, chunk) <= capacity)
-    chunk = 3072;
+  const int64_t hist = split_history_rows(p);
+  const int64_t sms = n_sm > 0 ? n_sm : 132, capacity = int64_t(per_sm) * n_sm;  // resident CTAs: one wave
+  const auto hist_ctas = [&](int64_t c) { return heads * ceil_div(hist, c); };
+  const auto enough = [&](int64_t c) { return hist_ctas(c) * 4 >= 7 * sms; };
+  const auto whole_waves = [&](int64_t c) {  // at most one wave, or two and more
+    return hist_ctas(c) <= capacity || hist_ctas(c) * 10 >= 19 * capacity;
+  };
+  const int step_rows = p.bits == 2 ? MmaGeometry<2, 128>::kStepRows : MmaGeometry<4, 128>::kStepRows;
+  const int base = 16 * MmaGeometry<2, 128>::kWarps * step_rows;
+  int chunk = base;
+  while (chunk > 512 && !enough(chunk)) chunk /= 2;
+  if (capacity > 0 && chunk == base && enough(2 * base) && whole_waves(2 * base) &&
+      (hist_ctas(2 * base) * 10 >= 9 * capacity || !whole_waves(base)))
+    chunk = 2 * base;
   while (chunk < 65536 && heads * ((p.max_seq_len + chunk - 1) / chunk) > target) chunk *= 2;
-  // A grid a little over whole waves of resident CTAs leaves a few chunks to start late
-  // and finish alone (at (1, 128K): 536 CTAs for 528 places, the SMs idle 30 % of the
-  // kernel): lengthen the chunks, a page group at a time, until the tail wave is gone.
-  if (per_sm > 0) {
-    const auto ctas = [&](int64_t c) { return heads * (window + ceil_div(hist, c)); };
-    const int64_t total = ctas(chunk), waves = total / capacity, tail = total % capacity;
-    if (waves >= 1 && tail > 0 && tail * 4 < capacity)
-      for (int64_t c = chunk + kTile; c <= 2 * int64_t(chunk); c += kTile)
-        if (ctas(c) <= waves * capacity) {
-          chunk = int(c);
-          break;
-        }
-  }
   return chunk;
 }
 

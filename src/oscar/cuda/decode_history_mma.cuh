@@ -176,6 +176,13 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
     return step < n_steps ? pages[step_row(step) / M::kPageRows] : -1;
   };
   int ids = load_ids(0), ids_next = load_ids(1);
+  // A step's rows start at the same offset in the K and the V pool: its page's, plus this
+  // head's rows of the page, plus the step's place in the page, which is the same for every
+  // step of a warp (chunks start on a page, and a warp's steps lie kWarps steps apart).
+  constexpr int kKvPageBytes = M::kPageRows * M::kRowBytes;
+  const int pool_page_bytes = p.n_kv_heads * kKvPageBytes;  // < 2^31: n_kv_heads is checked
+  const int warp_off = kvh * kKvPageBytes + (step_row(0) % M::kPageRows) * M::kRowBytes;
+  static_assert((M::kWarps * M::kStepRows) % M::kPageRows == 0, "each warp's steps sit at one place in their pages");
 
   // q' = q·log2(e)/√d·2^-e_h rounded to f16 with max|q'| in [2^14, 2^15), Σq' per head.
   // Thread (g, t) holds the dims of head g that its B fragments need (a quarter of the row:
@@ -202,26 +209,27 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
     mbar_init_fence();
   }
   __syncwarp();
-  // Steps are issued in order, each once; the first of a block moves the id blocks along.
-  const auto issue = [&](int step) {
+  // Steps are issued in order, each once, into stage `stage` (the caller's count of step
+  // modulo kStages); the first of a block moves the id blocks along. Lane 0 arms the
+  // stage's barrier with both copies' bytes and issues them (K rows, then V rows).
+  const auto issue = [&](int step, int stage) {
     if (step % M::kIdSteps == 0 && step > 0) {
       ids = ids_next;
       ids_next = load_ids(step / M::kIdSteps + 1);
     }
     const int page = __shfl_sync(0xffffffffu, ids, step % M::kIdSteps);
-    uint8_t* dst = wbuf + (step % M::kStages) * M::kStepBytes;
-    uint64_t* bar = bars + step % M::kStages;
-    if (lane == 0) mbar_arrive_expect(bar, unsigned(M::kStepBytes));
-    if (lane < 2) {
-      const int within = step_row(step) % M::kPageRows;
-      const int64_t off = (int64_t(page) * p.n_kv_heads + kvh) * (M::kPageRows * M::kRowBytes) + within * M::kRowBytes;
-      const uint8_t* src = page >= 0 ? (lane ? p.hist_v : p.hist_k) + off : g_zero_page;
-      bulk_copy_to_smem(dst + lane * M::kStepRowBytes, src, M::kStepRowBytes, bar);
+    if (lane == 0) {
+      uint8_t* dst = wbuf + stage * M::kStepBytes;
+      uint64_t* bar = bars + stage;
+      const int64_t off = int64_t(page) * pool_page_bytes + warp_off;
+      mbar_arrive_expect(bar, unsigned(M::kStepBytes));
+      bulk_copy_to_smem(dst, page >= 0 ? p.hist_k + off : g_zero_page, M::kStepRowBytes, bar);
+      bulk_copy_to_smem(dst + M::kStepRowBytes, page >= 0 ? p.hist_v + off : g_zero_page, M::kStepRowBytes, bar);
     }
   };
 #pragma unroll
   for (int s = 0; s < M::kStages - 1; ++s)
-    if (s < n_steps) issue(s);
+    if (s < n_steps) issue(s, s);
 
   // The exponent and Σq' of head g: over this thread's dims, then the quad's.
   float mx = 0.0f;
@@ -297,11 +305,11 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
   // A step is two pieces: its scores (qk), then its softmax and P·V (softmax_pv). Scores:
   // sc[j][e], e = (row g | g+8) × (head hb | hb+1) of slab kPair·j + ls; a step whose rows
   // all lie in the chunk (all but a warp's last) skips the masking.
-  const auto qk = [&](int step, auto full_tag, StepScores<kGroups>& out) {
+  const auto qk = [&](int step, int stage, auto full_tag, StepScores<kGroups>& out) {
     auto& sc = out.sc;
     auto& valid = out.valid;
     constexpr bool kFull = decltype(full_tag)::value;
-    const uint8_t* kbuf = wbuf + (step % M::kStages) * M::kStepBytes;
+    const uint8_t* kbuf = wbuf + stage * M::kStepBytes;
     const int row_base = step_row(step);
 #pragma unroll
     for (int j = 0; j < kGroups; ++j) {
@@ -350,11 +358,11 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
     }
 
   };
-  const auto softmax_pv = [&](int step, auto full_tag, const StepScores<kGroups>& in) {
+  const auto softmax_pv = [&](int stage, auto full_tag, const StepScores<kGroups>& in) {
     const auto& sc = in.sc;
     const auto& valid = in.valid;
     constexpr bool kFull = decltype(full_tag)::value;
-    const uint8_t* vbuf = wbuf + (step % M::kStages) * M::kStepBytes + M::kStepRowBytes;
+    const uint8_t* vbuf = wbuf + stage * M::kStepBytes + M::kStepRowBytes;
     // Online softmax over the step, per head: max across the lane groups (and the two
     // slabs of a pair, held by lanes t and t ^ 2).
     float alpha[2];
@@ -449,7 +457,10 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
     }
   };
   const auto is_full = [&](int step) { return step_row(step) + M::kStepRows <= r1; };
-  const auto wait_step = [&](int step) { mbar_wait(bars + step % M::kStages, unsigned(step / M::kStages) & 1u); };
+  // Stages and barrier parities are counted along, not divided out of the step number.
+  const auto next_stage = [](int stage) { return stage + 1 == M::kStages ? 0 : stage + 1; };
+  const auto wait_stage = [&](int stage, unsigned parity) { mbar_wait(bars + stage, parity); };
+  int issue_stage = (M::kStages - 1) % M::kStages;  // stage of step kStages − 1, the next issued
   // Calls f with std::true_type when `full`, else std::false_type: the masking is a
   // compile-time choice, each branch one block of code.
   const auto with_full = [](bool full, auto&& f) {
@@ -464,35 +475,46 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
     // under one wave, B = 1) the walk is bound by those chains' latency, not by issue. The
     // cost is one stage of lookahead (s + 1 must have landed before s's P·V).
     StepScores<kGroups> cur;
+    int cur_stage = 0, next_st = next_stage(0);
+    unsigned next_parity = next_st == 0 ? 1u : 0u;
     if (n_steps > 0) {
-      wait_step(0);
-      with_full(is_full(0), [&](auto full) { qk(0, full, cur); });
+      wait_stage(0, 0u);
+      with_full(is_full(0), [&](auto full) { qk(0, 0, full, cur); });
     }
     for (int step = 0; step < n_steps; ++step) {
-      if (step + M::kStages - 1 < n_steps) issue(step + M::kStages - 1);
+      if (step + M::kStages - 1 < n_steps) issue(step + M::kStages - 1, issue_stage);
+      issue_stage = next_stage(issue_stage);
       const int next = step + 1;
       if (next < n_steps) {  // then this step is full: only a warp's last step can be partial
-        wait_step(next);
+        wait_stage(next_st, next_parity);
         StepScores<kGroups> nxt;
         with_full(is_full(next), [&](auto full) {
-          qk(next, full, nxt);
-          softmax_pv(step, std::true_type{}, cur);
+          qk(next, next_st, full, nxt);
+          softmax_pv(cur_stage, std::true_type{}, cur);
         });
         cur = nxt;
       } else {
-        with_full(is_full(step), [&](auto full) { softmax_pv(step, full, cur); });
+        with_full(is_full(step), [&](auto full) { softmax_pv(cur_stage, full, cur); });
       }
+      cur_stage = next_st;
+      next_st = next_stage(next_st);
+      if (next_st == 0) next_parity ^= 1u;
       __syncwarp();  // every lane is done with this stage before it is refilled
     }
   } else {
+    int stage = 0;
+    unsigned parity = 0u;
     for (int step = 0; step < n_steps; ++step) {
-      if (step + M::kStages - 1 < n_steps) issue(step + M::kStages - 1);
-      wait_step(step);
+      if (step + M::kStages - 1 < n_steps) issue(step + M::kStages - 1, issue_stage);
+      issue_stage = next_stage(issue_stage);
+      wait_stage(stage, parity);
       StepScores<kGroups> cur;
       with_full(is_full(step), [&](auto full) {
-        qk(step, full, cur);
-        softmax_pv(step, full, cur);
+        qk(step, stage, full, cur);
+        softmax_pv(stage, full, cur);
       });
+      stage = next_stage(stage);
+      if (stage == 0) parity ^= 1u;
       __syncwarp();  // every lane is done with this stage before it is refilled
     }
   }
