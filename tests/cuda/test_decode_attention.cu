@@ -445,8 +445,7 @@ void run_decode_attention_tests(uint32_t seed, int n_sm) {
       {"int2 d128 G128 gqa1 S20 W0", 2, 128, 128, 3, 1, 20, 0, 192, {900, 21, 64, 1100}},
       {"int2 d128 G128 gqa4 default-chunk bound", 2, 128, 128, 2, 4, 64, 256, 0, {6000, 4200, 333}, true, true},
       {"int2 d128 G128 gqa4", 2, 128, 128, 2, 4, 64, 256, 256, {4097, 50, 321, 3000, 1}, false},
-      // More CTAs than one wave of an H100 (12 · 8 heads · 59 slots): the plain history walk;
-      // the smaller grids above take the pipelined one (decode_attention.cu).
+      // More CTAs than one wave of an H100 (12 · 8 heads · 59 slots): CTAs start as others end.
       {"int2 d128 G128 gqa4 over one wave", 2, 128, 128, 8, 4, 64, 256, 256,
        {3000, 2890, 1234, 2500, 65, 3001, 2048, 1777, 2999, 400, 2600, 2222}},
       // History chunks over 1024 keys (what long histories under one wave get by default).

@@ -660,21 +660,13 @@ constexpr int split_ctas_per_sm(int max_group) { return max_group <= 4 ? 4 : 3; 
 template <int kMaxGroup>
 constexpr int kHistPair = kMaxGroup == 4 ? 2 : 1;
 
-// A grid under one wave (a few long sequences) leaves 2–3 warps per scheduler, and the walk
-// is then bound by the latency of each step's dependency chains: the pipelined walk overlaps
-// step s + 1's scores with step s's softmax and P·V (H100, (1, 128K): 4 % faster). With
-// whole waves it is 1–2 % slower (one stage less lookahead), so those keep the plain walk.
-// Instantiated only where measured: INT2 at GQA 3–4 (elsewhere its registers spill).
-template <int kBits, int kMaxGroup>
-constexpr bool kHasPipelinedWalk = kBits == 2 && kMaxGroup == 4;
-
-template <int kBits, int kDim, int kMaxGroup, bool kPipelined>
+template <int kBits, int kDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads, split_ctas_per_sm(kMaxGroup))
     decode_split_kernel(const DecodeAttentionParams p, int gb_log2, int n_window_slots, int n_slots) {
   const int kvh = blockIdx.x, b = blockIdx.y, n_hist_slots = n_slots - n_window_slots;
   if (int(blockIdx.z) < n_hist_slots) {
     const int chunk = blockIdx.z;
-    decode_history_mma<kBits, kDim, kHistPair<kMaxGroup>, kPipelined>(p, kvh, b, chunk, n_window_slots + chunk, n_slots);
+    decode_history_mma<kBits, kDim, kHistPair<kMaxGroup>>(p, kvh, b, chunk, n_window_slots + chunk, n_slots);
   } else {
     const int w = int(blockIdx.z) - n_hist_slots;
     decode_chunk<kBits, kDim, kMaxGroup, true>(p, kvh, b, gb_log2, w, kWindowChunk, w, n_slots);
@@ -685,11 +677,6 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm(kMaxGroup))
   // decode step in a CUDA graph at (1, 128K) took 3 % longer (H100).
   allow_dependent_launch();
 }
-
-// One instantiation of the split kernel as a type (its address in ::value), for the launch.
-template <int kBits, int kDim, int kMaxGroup, bool kPipelined>
-using SplitKernel = std::integral_constant<decltype(&decode_split_kernel<kBits, kDim, kMaxGroup, kPipelined>),
-                                           &decode_split_kernel<kBits, kDim, kMaxGroup, kPipelined>>;
 
 // grid (n_heads, B), kMergeThreads threads: out = Σ_c 2^(m_c − M)·o_c / Σ_c 2^(m_c − M)·l_c
 // over the slots that saw keys (l > 0; an empty slot has m = −inf, l = 0 and no o). A long
@@ -834,28 +821,14 @@ constexpr size_t split_smem_bytes() {
 template <int kBits, int kDim, int kMaxGroup>
 int split_ctas_per_sm() {
   constexpr size_t kSmem = split_smem_bytes<kBits, kDim, kMaxGroup>();
-  allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup, false>>(kSmem);  // else > 48 KB reads as 0 CTAs
+  allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup>>(kSmem);  // else > 48 KB reads as 0 CTAs
   int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<kBits, kDim, kMaxGroup, false>, kThreads, kSmem) !=
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<kBits, kDim, kMaxGroup>, kThreads, kSmem) !=
       cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
   return n;
-}
-
-// Whether a split grid of n_ctas fits in one wave of resident CTAs on the current device.
-// Both walks have the same registers and shared memory, so the plain kernel's occupancy
-// stands for both (queried once per process, like allow_smem: one kind of GPU).
-template <int kBits, int kDim, int kMaxGroup>
-bool split_grid_under_one_wave(int64_t n_ctas) {
-  static const int per_sm = split_ctas_per_sm<kBits, kDim, kMaxGroup>();
-  int dev = 0, n_sm = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return per_sm > 0 && n_ctas <= int64_t(per_sm) * n_sm;
 }
 
 template <int kBits, int kDim, int kMaxGroup>
@@ -869,20 +842,10 @@ void launch(const DecodeAttentionParams& p, cudaStream_t stream) {
     if constexpr (kBits == 2 || kBits == 4) {
       if (uses_split(p)) {
         constexpr size_t kSmem = split_smem_bytes<kBits, kDim, kMaxGroup>();
-        const int window = int(slots.window);
-        bool pipelined = false;
-        if constexpr (kHasPipelinedWalk<kBits, kMaxGroup>)
-          pipelined = split_grid_under_one_wave<kBits, kDim, kMaxGroup>(int64_t(n_slots) * p.n_kv_heads * p.batch);
-        const auto run = [&](auto kernel) {
-          allow_smem<decltype(kernel)::value>(kSmem);
-          const dim3 split_grid(unsigned(p.n_kv_heads), unsigned(p.batch), unsigned(n_slots));
-          decltype(kernel)::value<<<split_grid, kThreads, kSmem, stream>>>(p, gb_log2, window, n_slots);
-        };
-        if (pipelined) {
-          if constexpr (kHasPipelinedWalk<kBits, kMaxGroup>) run(SplitKernel<kBits, kDim, kMaxGroup, true>{});
-        } else {
-          run(SplitKernel<kBits, kDim, kMaxGroup, false>{});
-        }
+        allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup>>(kSmem);
+        const dim3 split_grid(unsigned(p.n_kv_heads), unsigned(p.batch), unsigned(n_slots));
+        decode_split_kernel<kBits, kDim, kMaxGroup>
+            <<<split_grid, kThreads, kSmem, stream>>>(p, gb_log2, int(slots.window), n_slots);
         check_cuda(cudaGetLastError(), "decode_split_kernel launch");
       }
     }

@@ -145,8 +145,7 @@ __device__ __forceinline__ void write_empty_partial(const DecodeAttentionParams&
 // History rows [chunk·chunk_keys, …) of sequence b, KV head kvh (row r is token S + r);
 // partial written to `slot` of n_slots.
 // kPair = 2 (GQA ≤ 4 only) processes slabs in pairs, the second against q' in columns 4–7.
-// kPipelined computes step s + 1's scores beside step s's softmax and P·V (see the walk).
-template <int kBits, int kDim, int kPair, bool kPipelined>
+template <int kBits, int kDim, int kPair>
 __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int b, int chunk, int slot, int n_slots) {
   using M = MmaGeometry<kBits, kDim>;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -381,9 +380,7 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
       l_run[hh] *= alpha[hh];
       z_run[hh] *= alpha[hh];
     }
-    // Pipelined, the rescale is unconditional: a branch here would cut the block the next
-    // step's scores share with this step's P·V.
-    if (kPipelined || __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
       for (int mt = 0; mt < M::kBlocks; ++mt) {
         acc[mt][0] *= alpha[0];
@@ -469,54 +466,20 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
     else
       f(std::false_type{});
   };
-  if constexpr (kPipelined) {
-    // Step s + 1's scores are computed in the same block of code as step s's softmax and
-    // P·V, so the two dependency chains interleave: with few warps per scheduler (a grid
-    // under one wave, B = 1) the walk is bound by those chains' latency, not by issue. The
-    // cost is one stage of lookahead (s + 1 must have landed before s's P·V).
+  int stage = 0;
+  unsigned parity = 0u;
+  for (int step = 0; step < n_steps; ++step) {
+    if (step + M::kStages - 1 < n_steps) issue(step + M::kStages - 1, issue_stage);
+    issue_stage = next_stage(issue_stage);
+    wait_stage(stage, parity);
     StepScores<kGroups> cur;
-    int cur_stage = 0, next_st = next_stage(0);
-    unsigned next_parity = next_st == 0 ? 1u : 0u;
-    if (n_steps > 0) {
-      wait_stage(0, 0u);
-      with_full(is_full(0), [&](auto full) { qk(0, 0, full, cur); });
-    }
-    for (int step = 0; step < n_steps; ++step) {
-      if (step + M::kStages - 1 < n_steps) issue(step + M::kStages - 1, issue_stage);
-      issue_stage = next_stage(issue_stage);
-      const int next = step + 1;
-      if (next < n_steps) {  // then this step is full: only a warp's last step can be partial
-        wait_stage(next_st, next_parity);
-        StepScores<kGroups> nxt;
-        with_full(is_full(next), [&](auto full) {
-          qk(next, next_st, full, nxt);
-          softmax_pv(cur_stage, std::true_type{}, cur);
-        });
-        cur = nxt;
-      } else {
-        with_full(is_full(step), [&](auto full) { softmax_pv(cur_stage, full, cur); });
-      }
-      cur_stage = next_st;
-      next_st = next_stage(next_st);
-      if (next_st == 0) next_parity ^= 1u;
-      __syncwarp();  // every lane is done with this stage before it is refilled
-    }
-  } else {
-    int stage = 0;
-    unsigned parity = 0u;
-    for (int step = 0; step < n_steps; ++step) {
-      if (step + M::kStages - 1 < n_steps) issue(step + M::kStages - 1, issue_stage);
-      issue_stage = next_stage(issue_stage);
-      wait_stage(stage, parity);
-      StepScores<kGroups> cur;
-      with_full(is_full(step), [&](auto full) {
-        qk(step, stage, full, cur);
-        softmax_pv(stage, full, cur);
-      });
-      stage = next_stage(stage);
-      if (stage == 0) parity ^= 1u;
-      __syncwarp();  // every lane is done with this stage before it is refilled
-    }
+    with_full(is_full(step), [&](auto full) {
+      qk(step, stage, full, cur);
+      softmax_pv(stage, full, cur);
+    });
+    stage = next_stage(stage);
+    if (stage == 0) parity ^= 1u;
+    __syncwarp();  // every lane is done with this stage before it is refilled
   }
 
   // This warp's totals over its lane groups (l also over the two slabs of a pair: z stays
