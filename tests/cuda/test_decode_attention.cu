@@ -163,19 +163,23 @@ void read_row(const HostCache& h, bool key, int b, int kvh, int t, float* x) {
 }
 
 // The q the tensor-core path multiplies history keys by, in the reference's units: q·c with
-// c = log2(e)/√d in f32, times the power of two 2^-e that puts max|q·c·2^-e| in [2^14, 2^15),
-// rounded to f16, and the scaling undone (docs/cuda.md). Its scores are then exact up to
-// f32 summation.
-std::vector<double> history_q(const float* q, int d) {
+// c = log2(e)/√d in f32, times the power of two 2^-e that puts max|q·c·2^-e| in [2^14, 2^15)
+// and rounded to f16 (INT4), or in [2^12, 2^13) and rounded to an integer in [−8192, 8191]
+// (INT2, whose scores are integer MMAs), and the scaling undone (docs/cuda.md). Its scores
+// are then exact up to f32 summation.
+std::vector<double> history_q(const float* q, int d, int bits) {
   const float c = 1.4426950408889634f / std::sqrt(float(d));
   float mx = 0.0f;
   for (int i = 0; i < d; ++i) mx = std::max(mx, std::fabs(q[i] * c));
   int ex = 0;
   std::frexp(mx, &ex);
-  const int e = mx > 0.0f ? ex - 15 : 0;
+  const int e = mx > 0.0f ? ex - (bits == 2 ? 13 : 15) : 0;
   std::vector<double> r(static_cast<size_t>(d));
-  for (int i = 0; i < d; ++i)
-    r[size_t(i)] = std::ldexp(double(fp16_to_f32(f32_to_fp16(std::ldexp(q[i] * c, -e)))), e) / double(c);
+  for (int i = 0; i < d; ++i) {
+    const float x = std::ldexp(q[i] * c, -e);
+    const float rounded = bits == 2 ? std::min(std::max(std::nearbyint(x), -8192.0f), 8191.0f) : fp16_to_f32(f32_to_fp16(x));
+    r[size_t(i)] = std::ldexp(double(rounded), e) / double(c);
+  }
   return r;
 }
 
@@ -190,7 +194,7 @@ Reference reference(const HostCache& h, const std::vector<int>& lens) {
   std::vector<double> out(h.q.size(), 0.0), hist_abs(h.q.size(), 0.0);
   std::vector<float> row(size_t(c.d));
   std::vector<std::vector<double>> q_hist(size_t(h.batch()) * h.n_heads);
-  for (size_t i = 0; i < q_hist.size(); ++i) q_hist[i] = history_q(h.q.data() + i * c.d, c.d);
+  for (size_t i = 0; i < q_hist.size(); ++i) q_hist[i] = history_q(h.q.data() + i * c.d, c.d, c.bits);
   for (int b = 0; b < h.batch(); ++b) {
     const int t_len = lens[size_t(b)];
     for (int kvh = 0; kvh < c.n_kv; ++kvh) {

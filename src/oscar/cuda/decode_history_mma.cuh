@@ -3,14 +3,17 @@
 // head and writes its online-softmax partial (m, l, o) for every query head of the GQA
 // group. Internal to decode_attention.cu; design in docs/cuda.md ("Tensor-core history").
 //
-// The arithmetic runs as mma.m16n8k16 (f16 inputs, f32 accumulation) on the raw codes, with
-// each row's scale and zero factored out, so dequantization costs no multiply:
+// The arithmetic runs as MMAs on the raw codes, with each row's scale and zero factored
+// out, so dequantization costs no multiply:
 //   scores  S^T[token][head] = C_K[token][:] · q'[:][head]      then  s·(…) − s·z·Σq'
 //   values  O^T[dim][head]   = C_V^T[dim][:] · (p·s_V)[:][head] then  − Σ_t p·s_V·z_V
-// A code c placed in the low bits of an f16 is the subnormal c·2^-24, exactly, so unpacking
-// is one shift and one AND per two codes; the 2^24 is put back in f32. q is rounded to f16
-// (scaled by a power of two per head if it is large), p·s_V too; both are the only
-// roundings (docs/cuda.md gives the bounds the test checks).
+// Values (and INT4 scores) are mma.m16n8k16 (f16 inputs, f32 accumulation): a code c placed
+// in the low bits of an f16 is the subnormal c·2^-24, exactly, so unpacking is one AND per
+// two codes; the 2^24 is put back in f32. INT2 scores are integer mma.m16n8k32: codes as
+// u8, one AND per four codes, against q' as an integer of 14 bits in two bytes (two MMAs),
+// summed exactly in s32. q' is rounded (to f16, or to that integer, after scaling by a
+// power of two per head), p·s_V to f16: those are the only roundings (docs/cuda.md gives the
+// bounds the test checks).
 #pragma once
 #include <cuda_fp16.h>
 
@@ -86,6 +89,19 @@ __device__ __forceinline__ int qk_dim(int t, int i, int hi) {
   const int byte = t * (M::kCodeBytes / 4) + 4 * word + k / M::kCodesPerByte + 2 * hi;
   return byte + (k % M::kCodesPerByte) * M::kCodeBytes;
 }
+// INT2 scores run as integer MMAs (m16n8k32, codes u8, q s8/u8): A register r of a QK
+// thread holds, in its 4 bytes, the codes at bit field s = r % 4 of 4 consecutive code bytes
+// of word r / 4, masked where they lie (s = 1, 3: the value is 4c) or from the word shifted
+// right by 4 (s = 2, 3), so one AND gives 4 codes. Dim of byte i of register r of thread t:
+template <class M>
+__device__ __forceinline__ int qk8_dim(int t, int r, int i) {
+  const int byte = t * (M::kCodeBytes / 4) + 4 * (r / 4) + i;
+  return byte + (r % 4) * M::kCodeBytes;
+}
+__device__ __forceinline__ uint32_t code_quad(uint32_t w, uint32_t w_hi, int r) {
+  return ((r % 4) < 2 ? w : w_hi) & ((r % 2) ? 0x0C0C0C0Cu : 0x03030303u);
+}
+
 // Dim of PV output row g (i even) or g + 8 (i odd) of m-tile i / 2 for lane group g.
 template <class M>
 __device__ __forceinline__ int pv_dim(int g, int i) {
@@ -105,6 +121,19 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
                                           uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// C += A·B on integers: A 16×32 u8 codes, B 32×8 s8 (the high byte of q) or u8 (its low byte).
+__device__ __forceinline__ void mma_u8s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_u8u8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 // Transposes the 8×8 f16 matrix held one row-pair per thread (the mma C/A fragment layout).
@@ -186,6 +215,10 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
   // q' = q·log2(e)/√d·2^-e_h rounded to f16 with max|q'| in [2^14, 2^15), Σq' per head.
   // Thread (g, t) holds the dims of head g that its B fragments need (a quarter of the row:
   // the 4 lanes of a quad hold all of it), loaded now and used after the first copies start.
+  // INT2 (kInt8): q' = q·log2(e)/√d·2^-e_h rounded to an integer with max|q'| in [2^12,
+  // 2^13), in the byte layout of the integer MMAs (qk8_dim; qv[r][i / 2][i % 2] is byte i
+  // of register r).
+  constexpr bool kInt8 = kBits == 2;
   const float qscale = 1.4426950408889634f / sqrtf(float(kDim));
   const float* qg = p.q + (head0 + g) * kDim;
   float qv[M::kBlocks][2][2];
@@ -194,7 +227,8 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int hi = 0; hi < 2; ++hi) qv[kb][r][hi] = g < group ? qg[qk_dim<M>(t, 2 * kb + r, hi)] : 0.0f;
+      for (int hi = 0; hi < 2; ++hi)
+        qv[kb][r][hi] = g < group ? qg[kInt8 ? qk8_dim<M>(t, kb, 2 * r + hi) : qk_dim<M>(t, 2 * kb + r, hi)] : 0.0f;
 
   // A step's K rows and its V rows are two bulk copies by the TMA unit (lanes 0 and 1); lane 0
   // first arms the stage's barrier with their bytes, and all lanes wait on its phase. The
@@ -244,22 +278,41 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
   int ex = 0;
-  frexpf(mx, &ex);                        // mx < 2^ex
-  const int e = mx > 0.0f ? ex - 15 : 0;  // max|q'| in [2^14, 2^15): f16 headroom for 2^-pos
-  // B fragments of q' (k = dims in the QK order, n = head g); the power of two 2^pos each
-  // A register's codes carry is undone here (exact: q' is f16 already).
+  frexpf(mx, &ex);  // mx < 2^ex
+  // f16: max|q'| in [2^14, 2^15), headroom for 2^-pos; integers: [2^12, 2^13), so that 4q'
+  // fits the 16 bits of a high s8 and a low u8 byte.
+  const int e = mx > 0.0f ? ex - (kInt8 ? 13 : 15) : 0;
+  // B fragments of q' (k = dims in the QK order, n = head g). f16: the power of two 2^pos
+  // each A register's codes carry is undone here (exact: q' is f16 already), qf[kb][0 | 1]
+  // the two registers of k-block kb. Integers: qf[r][0 | 1] the high (s8) and low (u8)
+  // bytes of 4q' where register r holds codes c (r % 4 even), of q' where it holds 4c.
   uint32_t qf[M::kBlocks][2];
   float qsum = 0.0f;
 #pragma unroll
-  for (int kb = 0; kb < M::kBlocks; ++kb)
+  for (int kb = 0; kb < M::kBlocks; ++kb) {
+    if constexpr (kInt8) {
+      uint32_t hi8 = 0, lo8 = 0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float undo = ldexpf(1.0f, -M::pos((2 * kb + r) % M::kHalf2PerWord));
-      const float lo = __half2float(__float2half_rn(ldexpf(qv[kb][r][0], -e)));
-      const float hi = __half2float(__float2half_rn(ldexpf(qv[kb][r][1], -e)));
-      qsum += lo + hi;
-      qf[kb][r] = pack_half2(lo * undo, hi * undo);
+      for (int i = 0; i < 4; ++i) {
+        const int qi = int(fminf(fmaxf(rintf(ldexpf(qv[kb][i / 2][i % 2], -e)), -8192.0f), 8191.0f));
+        qsum += float(qi);
+        const int q4 = kb % 2 ? qi : 4 * qi;
+        hi8 |= uint32_t((q4 >> 8) & 0xff) << (8 * i);
+        lo8 |= uint32_t(q4 & 0xff) << (8 * i);
+      }
+      qf[kb][0] = hi8;
+      qf[kb][1] = lo8;
+    } else {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float undo = ldexpf(1.0f, -M::pos((2 * kb + r) % M::kHalf2PerWord));
+        const float lo = __half2float(__float2half_rn(ldexpf(qv[kb][r][0], -e)));
+        const float hi = __half2float(__float2half_rn(ldexpf(qv[kb][r][1], -e)));
+        qsum += lo + hi;
+        qf[kb][r] = pack_half2(lo * undo, hi * undo);
+      }
     }
+  }
   qsum += __shfl_xor_sync(0xffffffffu, qsum, 1);
   qsum += __shfl_xor_sync(0xffffffffu, qsum, 2);
   // With pairing, lane groups g >= 4 (padding at GQA <= 4) take a copy of head g - 4's q',
@@ -278,15 +331,16 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
   // This thread's slab within a pair (ls) and its heads hb, hb + 1 in C fragments.
   const int ls = kPair == 2 ? t >> 1 : 0;
   const int hb = kPair == 2 ? 2 * (t & 1) : 2 * t;
-  // score = (s·2^24·Σq'c − s·z·Σq')·2^e = (s·Σq'c)·qa − (s·z)·qz for this thread's heads
-  // hb, hb + 1, whose sums and exponents live in quads hb and hb + 1.
+  // score = (s·Σq'c − s·z·Σq')·2^e = (s·C)·qa − (s·z)·qz for this thread's heads hb, hb + 1,
+  // whose sums and exponents live in quads hb and hb + 1; the MMA's C is Σq'c·2^-24 (f16) or
+  // 4·Σq'c (integers).
   const float qinv = ldexpf(1.0f, e);
   float qa[2], qz[2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int src = 4 * (hb + hh);
     const float inv = __shfl_sync(0xffffffffu, qinv, src), sum = __shfl_sync(0xffffffffu, qsum, src);
-    qa[hh] = inv * 16777216.0f;
+    qa[hh] = inv * (kInt8 ? 0.25f : 16777216.0f);
     qz[hh] = sum * inv;
   }
 
@@ -313,32 +367,62 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
 #pragma unroll
     for (int j = 0; j < kGroups; ++j) {
       // Two accumulators halve the chain of dependent MMAs: one per slab of a pair, or
-      // alternate k-blocks of a single slab.
-      float c2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-      for (int sl = 0; sl < kPair; ++sl) {
-        const uint8_t* kp = kbuf + (kPair * j + sl) * M::kSlabBytes;
-        uint32_t wa[M::kQkWords], wb[M::kQkWords], wa_hi[M::kQkWords], wb_hi[M::kQkWords];
-#pragma unroll
-        for (int w = 0; w < M::kQkWords; ++w) {
-          wa[w] = lds32(kp + g * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
-          wb[w] = lds32(kp + (g + 8) * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
-          wa_hi[w] = wa[w] >> M::kHighShift;
-          wb_hi[w] = wb[w] >> M::kHighShift;
-        }
-#pragma unroll
-        for (int kb = 0; kb < M::kBlocks; ++kb) {
-          const int i0 = 2 * kb, i1 = 2 * kb + 1;
-          const int w0 = i0 / M::kHalf2PerWord, k0 = i0 % M::kHalf2PerWord;
-          const int w1 = i1 / M::kHalf2PerWord, k1 = i1 % M::kHalf2PerWord;
-          mma_16816(c2[kPair == 2 ? sl : kb & 1], code_pair<M>(wa[w0], wa_hi[w0], k0),
-                    code_pair<M>(wb[w0], wb_hi[w0], k0), code_pair<M>(wa[w1], wa_hi[w1], k1),
-                    code_pair<M>(wb[w1], wb_hi[w1], k1), qf[kb][0], qf[kb][1]);
-        }
-      }
+      // alternate k-blocks of a single slab (integers: the high and low bytes of q').
       float c[4];
+      if constexpr (kInt8) {
+        int ci[kPair][2][4] = {};
 #pragma unroll
-      for (int e4 = 0; e4 < 4; ++e4) c[e4] = kPair == 2 ? (ls ? c2[1][e4] : c2[0][e4]) : c2[0][e4] + c2[1][e4];
+        for (int sl = 0; sl < kPair; ++sl) {
+          const uint8_t* kp = kbuf + (kPair * j + sl) * M::kSlabBytes;
+          uint32_t wa[M::kQkWords], wb[M::kQkWords], wa_hi[M::kQkWords], wb_hi[M::kQkWords];
+#pragma unroll
+          for (int w = 0; w < M::kQkWords; ++w) {
+            wa[w] = lds32(kp + g * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
+            wb[w] = lds32(kp + (g + 8) * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
+            wa_hi[w] = wa[w] >> 4;
+            wb_hi[w] = wb[w] >> 4;
+          }
+#pragma unroll
+          for (int kb = 0; kb < M::kBlocks / 2; ++kb) {
+            const int r0 = 2 * kb, r1 = 2 * kb + 1, w0 = r0 / 4, w1 = r1 / 4;
+            const uint32_t a0 = code_quad(wa[w0], wa_hi[w0], r0), a1 = code_quad(wb[w0], wb_hi[w0], r0);
+            const uint32_t a2 = code_quad(wa[w1], wa_hi[w1], r1), a3 = code_quad(wb[w1], wb_hi[w1], r1);
+            mma_u8s8(ci[sl][0], a0, a1, a2, a3, qf[r0][0], qf[r1][0]);
+            mma_u8u8(ci[sl][1], a0, a1, a2, a3, qf[r0][1], qf[r1][1]);
+          }
+        }
+#pragma unroll
+        for (int e4 = 0; e4 < 4; ++e4) {
+          const int hi = kPair == 2 && ls ? ci[kPair - 1][0][e4] : ci[0][0][e4];
+          const int lo = kPair == 2 && ls ? ci[kPair - 1][1][e4] : ci[0][1][e4];
+          c[e4] = float(hi * 256 + lo);
+        }
+      } else {
+        float c2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int sl = 0; sl < kPair; ++sl) {
+          const uint8_t* kp = kbuf + (kPair * j + sl) * M::kSlabBytes;
+          uint32_t wa[M::kQkWords], wb[M::kQkWords], wa_hi[M::kQkWords], wb_hi[M::kQkWords];
+#pragma unroll
+          for (int w = 0; w < M::kQkWords; ++w) {
+            wa[w] = lds32(kp + g * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
+            wb[w] = lds32(kp + (g + 8) * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
+            wa_hi[w] = wa[w] >> M::kHighShift;
+            wb_hi[w] = wb[w] >> M::kHighShift;
+          }
+#pragma unroll
+          for (int kb = 0; kb < M::kBlocks; ++kb) {
+            const int i0 = 2 * kb, i1 = 2 * kb + 1;
+            const int w0 = i0 / M::kHalf2PerWord, k0 = i0 % M::kHalf2PerWord;
+            const int w1 = i1 / M::kHalf2PerWord, k1 = i1 % M::kHalf2PerWord;
+            mma_16816(c2[kPair == 2 ? sl : kb & 1], code_pair<M>(wa[w0], wa_hi[w0], k0),
+                      code_pair<M>(wb[w0], wb_hi[w0], k0), code_pair<M>(wa[w1], wa_hi[w1], k1),
+                      code_pair<M>(wb[w1], wb_hi[w1], k1), qf[kb][0], qf[kb][1]);
+          }
+        }
+#pragma unroll
+        for (int e4 = 0; e4 < 4; ++e4) c[e4] = kPair == 2 ? (ls ? c2[1][e4] : c2[0][e4]) : c2[0][e4] + c2[1][e4];
+      }
       const int slab = kPair * j + ls;
       const uint8_t* kp = kbuf + slab * M::kSlabBytes;
 #pragma unroll
