@@ -212,12 +212,11 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
   const int warp_off = kvh * kKvPageBytes + (step_row(0) % M::kPageRows) * M::kRowBytes;
   static_assert((M::kWarps * M::kStepRows) % M::kPageRows == 0, "each warp's steps sit at one place in their pages");
 
-  // q' = q·log2(e)/√d·2^-e_h rounded to f16 with max|q'| in [2^14, 2^15), Σq' per head.
-  // Thread (g, t) holds the dims of head g that its B fragments need (a quarter of the row:
-  // the 4 lanes of a quad hold all of it), loaded now and used after the first copies start.
-  // INT2 (kInt8): q' = q·log2(e)/√d·2^-e_h rounded to an integer with max|q'| in [2^12,
-  // 2^13), in the byte layout of the integer MMAs (qk8_dim; qv[r][i / 2][i % 2] is byte i
-  // of register r).
+  // q' = q·log2(e)/√d·2^-e_h, rounded to f16 with max|q'| in [2^14, 2^15) (INT4) or to an
+  // integer with max|q'| in [2^12, 2^13) (INT2, kInt8: the byte layout of the integer MMAs,
+  // qk8_dim, where qv[r][i / 2][i % 2] is byte i of register r), and Σq' per head. Thread
+  // (g, t) holds the dims of head g that its B fragments need (a quarter of the row: the 4
+  // lanes of a quad hold all of it), loaded now and used after the first copies start.
   constexpr bool kInt8 = kBits == 2;
   const float qscale = 1.4426950408889634f / sqrtf(float(kDim));
   const float* qg = p.q + (head0 + g) * kDim;
@@ -230,8 +229,8 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
       for (int hi = 0; hi < 2; ++hi)
         qv[kb][r][hi] = g < group ? qg[kInt8 ? qk8_dim<M>(t, kb, 2 * r + hi) : qk_dim<M>(t, 2 * kb + r, hi)] : 0.0f;
 
-  // A step's K rows and its V rows are two bulk copies by the TMA unit (lanes 0 and 1); lane 0
-  // first arms the stage's barrier with their bytes, and all lanes wait on its phase. The
+  // A step's K rows and its V rows are two bulk copies by the TMA unit, issued by lane 0 after
+  // it arms the stage's barrier with their bytes; all lanes wait on its phase. The
   // whole step is copied even where it runs past the chunk: its page holds those rows (they
   // may be unwritten, and are masked).
   static_assert(M::kStepRowBytes <= kZeroPageBytes, "a released page reads as a step of zeros");
