@@ -367,20 +367,23 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
     for (int j = 0; j < kGroups; ++j) {
       // Two accumulators halve the chain of dependent MMAs: one per slab of a pair, or
       // alternate k-blocks of a single slab (integers: the high and low bytes of q').
-      float c[4];
-      if constexpr (kInt8) {
-        int ci[kPair][2][4] = {};
+      int ci[kPair][2][4] = {};  // integers: per slab, the sums against the high and low bytes of q'
+      float c2[2][4] = {};       // f16
 #pragma unroll
-        for (int sl = 0; sl < kPair; ++sl) {
-          const uint8_t* kp = kbuf + (kPair * j + sl) * M::kSlabBytes;
-          uint32_t wa[M::kQkWords], wb[M::kQkWords], wa_hi[M::kQkWords], wb_hi[M::kQkWords];
+      for (int sl = 0; sl < kPair; ++sl) {
+        const uint8_t* kp = kbuf + (kPair * j + sl) * M::kSlabBytes;
+        // The thread's code words of rows g and g + 8, and each shifted right to bring the
+        // fields the masks cannot take in place within reach.
+        constexpr int kShift = kInt8 ? 4 : M::kHighShift;
+        uint32_t wa[M::kQkWords], wb[M::kQkWords], wa_hi[M::kQkWords], wb_hi[M::kQkWords];
 #pragma unroll
-          for (int w = 0; w < M::kQkWords; ++w) {
-            wa[w] = lds32(kp + g * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
-            wb[w] = lds32(kp + (g + 8) * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
-            wa_hi[w] = wa[w] >> 4;
-            wb_hi[w] = wb[w] >> 4;
-          }
+        for (int w = 0; w < M::kQkWords; ++w) {
+          wa[w] = lds32(kp + g * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
+          wb[w] = lds32(kp + (g + 8) * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
+          wa_hi[w] = wa[w] >> kShift;
+          wb_hi[w] = wb[w] >> kShift;
+        }
+        if constexpr (kInt8) {
 #pragma unroll
           for (int kb = 0; kb < M::kBlocks / 2; ++kb) {
             const int r0 = 2 * kb, r1 = 2 * kb + 1, w0 = r0 / 4, w1 = r1 / 4;
@@ -389,26 +392,7 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
             mma_u8s8(ci[sl][0], a0, a1, a2, a3, qf[r0][0], qf[r1][0]);
             mma_u8u8(ci[sl][1], a0, a1, a2, a3, qf[r0][1], qf[r1][1]);
           }
-        }
-#pragma unroll
-        for (int e4 = 0; e4 < 4; ++e4) {
-          const int hi = kPair == 2 && ls ? ci[kPair - 1][0][e4] : ci[0][0][e4];
-          const int lo = kPair == 2 && ls ? ci[kPair - 1][1][e4] : ci[0][1][e4];
-          c[e4] = float(hi * 256 + lo);
-        }
-      } else {
-        float c2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-        for (int sl = 0; sl < kPair; ++sl) {
-          const uint8_t* kp = kbuf + (kPair * j + sl) * M::kSlabBytes;
-          uint32_t wa[M::kQkWords], wb[M::kQkWords], wa_hi[M::kQkWords], wb_hi[M::kQkWords];
-#pragma unroll
-          for (int w = 0; w < M::kQkWords; ++w) {
-            wa[w] = lds32(kp + g * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
-            wb[w] = lds32(kp + (g + 8) * M::kRowBytes + t * (M::kCodeBytes / 4) + 4 * w);
-            wa_hi[w] = wa[w] >> M::kHighShift;
-            wb_hi[w] = wb[w] >> M::kHighShift;
-          }
+        } else {
 #pragma unroll
           for (int kb = 0; kb < M::kBlocks; ++kb) {
             const int i0 = 2 * kb, i1 = 2 * kb + 1;
@@ -419,8 +403,17 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
                       code_pair<M>(wb[w1], wb_hi[w1], k1), qf[kb][0], qf[kb][1]);
           }
         }
+      }
+      float c[4];
 #pragma unroll
-        for (int e4 = 0; e4 < 4; ++e4) c[e4] = kPair == 2 ? (ls ? c2[1][e4] : c2[0][e4]) : c2[0][e4] + c2[1][e4];
+      for (int e4 = 0; e4 < 4; ++e4) {
+        if constexpr (kInt8) {
+          const int hi = kPair == 2 && ls ? ci[kPair - 1][0][e4] : ci[0][0][e4];
+          const int lo = kPair == 2 && ls ? ci[kPair - 1][1][e4] : ci[0][1][e4];
+          c[e4] = float(hi * 256 + lo);
+        } else {
+          c[e4] = kPair == 2 ? (ls ? c2[1][e4] : c2[0][e4]) : c2[0][e4] + c2[1][e4];
+        }
       }
       const int slab = kPair * j + ls;
       const uint8_t* kp = kbuf + slab * M::kSlabBytes;
