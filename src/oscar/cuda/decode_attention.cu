@@ -934,11 +934,11 @@ int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   // INT4: (1, 128K) 4096 0.062 (2048, 1.3 waves: 0.0724), (8, 32K) 2048 0.116 (1024:
   // 0.1175, 4672: 0.135), (32, 32K) 4096 0.408 (2048: 0.417, 8192: 0.422), (64, 8K) 4096
   // 0.232 (2048: 0.2375, 8128: 0.248). The BF16-window CTAs are not counted: they are short.
-  const int64_t target = 16 * int64_t(n_sm > 0 ? n_sm : 132);
+  const int64_t sms = n_sm > 0 ? n_sm : 132, target = 16 * sms;
   const int per_sm = n_sm > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 ? split_ctas_per_sm(p) : 0;
   const int64_t heads = int64_t(p.batch) * p.n_kv_heads;
   const int64_t hist = split_history_rows(p);
-  const int64_t sms = n_sm > 0 ? n_sm : 132, capacity = int64_t(per_sm) * n_sm;  // resident CTAs: one wave
+  const int64_t capacity = int64_t(per_sm) * n_sm;  // resident CTAs: one wave
   const auto hist_ctas = [&](int64_t c) { return heads * ceil_div(hist, c); };
   const auto enough = [&](int64_t c) { return hist_ctas(c) * 4 >= 7 * sms; };
   const auto whole_waves = [&](int64_t c) {  // at most one wave, or two and more
@@ -951,7 +951,7 @@ int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   if (capacity > 0 && chunk == base && enough(2 * base) && whole_waves(2 * base) &&
       (hist_ctas(2 * base) * 10 >= 9 * capacity || !whole_waves(base)))
     chunk = 2 * base;
-  while (chunk < 65536 && heads * ((p.max_seq_len + chunk - 1) / chunk) > target) chunk *= 2;
+  while (chunk < 65536 && heads * ceil_div(p.max_seq_len, chunk) > target) chunk *= 2;
   return chunk;
 }
 
