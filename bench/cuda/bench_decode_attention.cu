@@ -214,15 +214,15 @@ int main(int argc, char** argv) {
   std::printf("copy bandwidth (D2D 1 GiB, read+write bytes / time): %.1f GB/s\n", copy);
   std::printf("Qwen3-8B layer: %d q heads, %d kv heads, d %d, G %d; sink %d, recent %d; median of %d, cold L2\n",
               kHeads, kKvHeads, kDim, kGroup, kSink, kWindow, iters);
-  std::printf("kv: int4/int2 on tensor cores; -cc: the same caches on the CUDA-core kernel\n");
+  std::printf("kv: int8/int4/int2 on tensor cores; -cc: the same caches on the CUDA-core kernel\n");
   std::printf("flush: %s; floor: one streaming read of the same bytes (frac_f = floor / ms)\n",
               flush.read ? "read 2x L2 (no dirty lines)" : "memset 2x L2 (dirty lines written back during the launch)");
   std::printf("%4s %7s %7s %6s %10s %10s %9s %6s %9s %6s  %s\n", "B", "T", "kv", "chunk", "ms", "MB", "GB/s", "frac",
               "floor_ms", "frac_f", "note");
 
   const std::vector<std::pair<int, int>> shapes = {{1, 8192}, {1, 32768}, {1, 131072}, {8, 32768}, {32, 32768}, {64, 8192}};
-  const std::vector<Kv> kvs = {{"bf16", 0},  {"int8", 8},          {"int4", 4},
-                               {"int2", 2},  {"int4-cc", 4, false}, {"int2-cc", 2, false}};
+  const std::vector<Kv> kvs = {{"bf16", 0},          {"int8", 8},          {"int4", 4},          {"int2", 2},
+                               {"int8-cc", 8, false}, {"int4-cc", 4, false}, {"int2-cc", 2, false}};
   std::vector<Row> rows;
   for (const auto& [batch, seq] : shapes)
     for (const Kv& kv : kvs) {

@@ -33,8 +33,8 @@ struct Case {
   std::vector<int> lens;
   bool tensor_cores = true;   // DecodeAttentionParams::tensor_cores
   bool window_bound = false;  // pass the exact max_window_keys (else 0: max_seq_len)
-  // INT2/INT4 with G = d take the tensor-core path (decode_attention.h).
-  bool split() const { return tensor_cores && (bits == 2 || bits == 4) && group_size == d; }
+  // INT2/INT4/INT8 with G = d take the tensor-core path (decode_attention.h).
+  bool split() const { return tensor_cores && bits != 0 && group_size == d; }
 };
 
 constexpr int kPage = oscar::cuda::kDecodeFpBlockTokens;       // tokens per fp page
@@ -164,9 +164,9 @@ void read_row(const HostCache& h, bool key, int b, int kvh, int t, float* x) {
 
 // The q the tensor-core path multiplies history keys by, in the reference's units: q·c with
 // c = log2(e)/√d in f32, times the power of two 2^-e that puts max|q·c·2^-e| in [2^14, 2^15)
-// and rounded to f16 (INT4), or in [2^12, 2^13) and rounded to an integer in [−8192, 8191]
-// (INT2, whose scores are integer MMAs), and the scaling undone (docs/cuda.md). Its scores
-// are then exact up to f32 summation.
+// and rounded to f16 (INT4) or to an integer in [−32768, 32767] (INT8), or in [2^12, 2^13)
+// and rounded to an integer in [−8192, 8191] (INT2; INT2 and INT8 scores are integer MMAs),
+// and the scaling undone (docs/cuda.md). Its scores are then exact up to f32 summation.
 std::vector<double> history_q(const float* q, int d, int bits) {
   const float c = 1.4426950408889634f / std::sqrt(float(d));
   float mx = 0.0f;
@@ -177,7 +177,9 @@ std::vector<double> history_q(const float* q, int d, int bits) {
   std::vector<double> r(static_cast<size_t>(d));
   for (int i = 0; i < d; ++i) {
     const float x = std::ldexp(q[i] * c, -e);
-    const float rounded = bits == 2 ? std::min(std::max(std::nearbyint(x), -8192.0f), 8191.0f) : fp16_to_f32(f32_to_fp16(x));
+    const float q_max = bits == 2 ? 8191.0f : 32767.0f;
+    const float rounded =
+        bits == 4 ? fp16_to_f32(f32_to_fp16(x)) : std::min(std::max(std::nearbyint(x), -q_max - 1.0f), q_max);
     r[size_t(i)] = std::ldexp(double(rounded), e) / double(c);
   }
   return r;
@@ -462,6 +464,10 @@ void run_decode_attention_tests(uint32_t seed, int n_sm) {
       {"int4 d128 G128 gqa7", 4, 128, 128, 1, 7, 64, 256, 384, {1600}},
       {"int8 d64 G32 gqa1 S5 W37", 8, 64, 32, 3, 1, 5, 37, 192, {2000, 17, 4097, 6}},
       {"int8 d128 G128 gqa4", 8, 128, 128, 2, 4, 64, 256, 1024, {2500, 300, 54}},
+      {"int8 d128 G128 gqa4", 8, 128, 128, 2, 4, 64, 256, 1024, {2500, 300, 54}, false},
+      {"int8 d128 G128 gqa8 S7 W100 bound", 8, 128, 128, 2, 8, 7, 100, 320, {1234, 108, 3000, 5}, true, true},
+      {"int8 d128 G128 gqa1 S20 W0", 8, 128, 128, 3, 1, 20, 0, 192, {900, 21, 64, 1100}},
+      {"int8 d128 G128 gqa2 default-chunk bound", 8, 128, 128, 2, 2, 64, 256, 0, {6000, 4200, 333}, true, true},
       {"int8 d64 G64 gqa5", 8, 64, 64, 2, 5, 64, 256, 256, {777}},
       {"bf16 d128 gqa4", 0, 128, 128, 2, 4, 64, 256, 256, {3000, 1, 700}},
       {"bf16 d64 gqa8", 0, 64, 64, 1, 8, 64, 256, 512, {4097, 33}},
@@ -472,6 +478,7 @@ void run_decode_attention_tests(uint32_t seed, int n_sm) {
       {"self-check int2 d128 G128 gqa4", 2, 128, 128, 2, 4, 64, 256, 128, {37, 420}, false},
       {"self-check int2 d128 G128 gqa4 W0", 2, 128, 128, 2, 4, 64, 0, 128, {37, 420}},
       {"self-check int4 d64 G64 gqa8 W0", 4, 64, 64, 1, 8, 16, 0, 64, {500, 37, 259}, true, true},
+      {"self-check int8 d128 G128 gqa4 W0", 8, 128, 128, 2, 4, 64, 0, 128, {37, 420}},
   };
   for (size_t i = 0; i < self_checks.size(); ++i) run_self_checks(self_checks[i], seed + 1000u + uint32_t(i));
   run_param_checks();

@@ -636,7 +636,7 @@ __global__ void __launch_bounds__(kThreads) decode_chunk_kernel_fp(const DecodeA
   decode_chunk<0, kDim, kMaxGroup, false>(p, blockIdx.y, blockIdx.z, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x, n_slots);
 }
 
-// Every key on the CUDA cores (INT8, G < d, or tensor_cores = false).
+// Every key on the CUDA cores (G < d, or tensor_cores = false).
 template <int kBits, int kDim, int kMaxGroup>
 __global__ void __launch_bounds__(kThreads, hist_ctas_per_sm(kMaxGroup))
     decode_chunk_kernel_hist(const DecodeAttentionParams p, int gb_log2, int n_slots) {
@@ -644,7 +644,7 @@ __global__ void __launch_bounds__(kThreads, hist_ctas_per_sm(kMaxGroup))
                                               n_slots);
 }
 
-// INT2/INT4 with G = d, one launch so both kinds of CTA overlap: grid (KV head, sequence,
+// INT2/INT4/INT8 with G = d, one launch so both kinds of CTA overlap: grid (KV head, sequence,
 // z), z < the history's chunks walking a history chunk (tensor cores), the rest taking the
 // BF16 keys (CUDA cores); slots per (sequence, head) are the windows' first, then the
 // history's. The block scheduler hands out CTAs in index order (x fastest, z slowest), so
@@ -751,9 +751,9 @@ int log2_exact(int v) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The tensor-core split: INT2/INT4 with one quantization group per row.
+// The tensor-core split: INT2/INT4/INT8 with one quantization group per row.
 bool uses_split(const DecodeAttentionParams& p) {
-  return p.tensor_cores && (p.bits == 2 || p.bits == 4) && p.group == p.head_dim;
+  return p.tensor_cores && (p.bits == 2 || p.bits == 4 || p.bits == 8) && p.group == p.head_dim;
 }
 
 // Partial slots per (sequence, head): chunks of all keys, or with the split the BF16-key
@@ -839,7 +839,7 @@ void launch(const DecodeAttentionParams& p, cudaStream_t stream) {
   if (n_slots > 0) {
     const int gb_log2 = log2_exact(kBits == 0 ? kDim : p.group * kBits / 8);
     const dim3 grid(unsigned(n_slots), unsigned(p.n_kv_heads), unsigned(p.batch));
-    if constexpr (kBits == 2 || kBits == 4) {
+    if constexpr (kBits != 0) {
       if (uses_split(p)) {
         constexpr size_t kSmem = split_smem_bytes<kBits, kDim, kMaxGroup>();
         allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup>>(kSmem);
@@ -903,6 +903,7 @@ int split_ctas_per_sm(int group) {
 int split_ctas_per_sm(const DecodeAttentionParams& p) {
   const int group = p.n_heads / p.n_kv_heads;
   if (p.bits == 2) return p.head_dim == 64 ? split_ctas_per_sm<2, 64>(group) : split_ctas_per_sm<2, 128>(group);
+  if (p.bits == 8) return p.head_dim == 64 ? split_ctas_per_sm<8, 64>(group) : split_ctas_per_sm<8, 128>(group);
   return p.head_dim == 64 ? split_ctas_per_sm<4, 64>(group) : split_ctas_per_sm<4, 128>(group);
 }
 
@@ -920,8 +921,8 @@ int decode_attention_default_chunk(int batch, int n_kv_heads, int64_t max_seq_le
 
 int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   if (!uses_split(p)) return decode_attention_default_chunk(p.batch, p.n_kv_heads, p.max_seq_len, n_sm);
-  // Chunks of 16 steps of each warp's walk (INT2 4096 rows, INT4 2048): long enough that a
-  // CTA's fixed costs (q setup, the copy pipeline filling, its partial and the merge's read
+  // Chunks of 16 steps of each warp's walk (INT2 4096 rows, INT4 and INT8 2048): long enough
+  // that a CTA's fixed costs (q setup, the copy pipeline filling, its partial and the merge's read
   // of it) are a small part of it. Shorter, halving, only while the history CTAs would
   // number fewer than 1.75 per SM (a few sequences: (1, 32K) takes 1024, (1, 8K) 512, the
   // floor). Twice as long where that grid is about a wave or more than two (large
@@ -944,7 +945,9 @@ int decode_attention_default_chunk(const DecodeAttentionParams& p, int n_sm) {
   const auto whole_waves = [&](int64_t c) {  // at most one wave, or two and more
     return hist_ctas(c) <= capacity || hist_ctas(c) * 10 >= 19 * capacity;
   };
-  const int step_rows = p.bits == 2 ? MmaGeometry<2, 128>::kStepRows : MmaGeometry<4, 128>::kStepRows;
+  const int step_rows = p.bits == 2   ? MmaGeometry<2, 128>::kStepRows
+                        : p.bits == 8 ? MmaGeometry<8, 128>::kStepRows
+                                      : MmaGeometry<4, 128>::kStepRows;
   const int base = 16 * MmaGeometry<2, 128>::kWarps * step_rows;
   int chunk = base;
   while (chunk > 512 && !enough(chunk)) chunk /= 2;

@@ -38,7 +38,7 @@ struct DecodeAttentionParams {
   // tensor-core path, which takes the BF16 keys apart from the history: keys past a bound
   // that is too small are not attended to.
   int64_t max_window_keys = 0;
-  // INT2/INT4 with G = d take the history on tensor cores (f16 q and weights, f32 sums;
+  // INT2/INT4/INT8 with G = d take the history on tensor cores (rounded q and weights;
   // docs/cuda.md); false keeps every key on the CUDA cores in f32 (for comparisons).
   bool tensor_cores = true;
 

@@ -1,4 +1,4 @@
-// The INT2/INT4 history part of decode attention on tensor cores, for one group per row
+// The INT2/INT4/INT8 history part of decode attention on tensor cores, for one group per row
 // (G = d, the OSCAR default). One CTA takes one chunk of one sequence's history for one KV
 // head and writes its online-softmax partial (m, l, o) for every query head of the GQA
 // group. Internal to decode_attention.cu; design in docs/cuda.md ("Tensor-core history").
@@ -9,11 +9,11 @@
 //   values  O^T[dim][head]   = C_V^T[dim][:] · (p·s_V)[:][head] then  − Σ_t p·s_V·z_V
 // Values (and INT4 scores) are mma.m16n8k16 (f16 inputs, f32 accumulation): a code c placed
 // in the low bits of an f16 is the subnormal c·2^-24, exactly, so unpacking is one AND per
-// two codes; the 2^24 is put back in f32. INT2 scores are integer mma.m16n8k32: codes as
-// u8, one AND per four codes, against q' as an integer of 14 bits in two bytes (two MMAs),
-// summed exactly in s32. q' is rounded (to f16, or to that integer, after scaling by a
-// power of two per head), p·s_V to f16: those are the only roundings (docs/cuda.md gives the
-// bounds the test checks).
+// two codes; the 2^24 is put back in f32. INT2 and INT8 scores are integer mma.m16n8k32:
+// codes as u8 (INT2: one AND per four codes; INT8: the code words as they are), against q'
+// as an integer of 14 (INT2) or 16 (INT8) bits in two bytes (two MMAs), summed exactly in
+// s32. q' is rounded (to f16, or to that integer, after scaling by a power of two per head),
+// p·s_V to f16: those are the only roundings (docs/cuda.md gives the bounds the test checks).
 #pragma once
 #include <cuda_fp16.h>
 
@@ -26,7 +26,7 @@
 
 namespace oscar::cuda::detail {
 
-// Compile-time geometry: kBits 2 or 4, kDim 64 or 128, G = kDim.
+// Compile-time geometry: kBits 2, 4 or 8, kDim 64 or 128, G = kDim.
 template <int kBits, int kDim>
 struct MmaGeometry {
   static constexpr int kThreads = 128;
@@ -50,13 +50,15 @@ struct MmaGeometry {
   static constexpr int kQkWords = kCodeBytes / 16;
   // PV: it reads bytes [g·P/8, (g+1)·P/8) of rows 2t, 2t+1, 2t+8, 2t+9 as 16-bit halves.
   static constexpr int kPvHalves = kCodeBytes / 16;
-  // Each warp walks its own steps of kSlabsPerStep slabs (64 rows for INT2, 32 for INT4: one
-  // page or half of one, contiguous, so a step's K rows and its V rows are one bulk copy
-  // each) through kStages buffers.
+  // Each warp walks its own steps of kSlabsPerStep slabs (64 rows for INT2, 32 for INT4 and
+  // INT8: one page or half of one, contiguous, so a step's K rows and its V rows are one bulk
+  // copy each) through kStages buffers. INT8's steps are 8.4 KB: with 2 stages three CTAs fit
+  // an SM (H100, d 128: against 3 stages and two CTAs, 0-3.5 % faster at five of the six
+  // benchmark shapes and 1 % slower at (8, 32K); 4 stages and one CTA, 0.4-19 % slower).
   static constexpr int kSlabsPerStep = kBits == 2 ? 4 : 2;
   static constexpr int kStepRows = kSlabsPerStep * kSlabRows;
   static constexpr int kStepRowBytes = kStepRows * kRowBytes;   // K (or V) bytes of a step
-  static constexpr int kStages = kBits == 2 ? 3 : 4;
+  static constexpr int kStages = kBits == 4 ? 4 : kBits == 8 ? 2 : 3;
   static constexpr int kStepBytes = 2 * kStepRowBytes;  // K rows, then V rows
   static constexpr int kWarpBytes = kStages * kStepBytes;
   static constexpr int kMaxGroup = 8;  // the n of m16n8k16: query heads of a GQA group
@@ -73,6 +75,11 @@ struct MmaGeometry {
   static_assert(kQkWords >= 1 && kPvHalves >= 1, "a thread's share of a row is at least one word / half");
   static_assert(kQkWords * kHalf2PerWord == 2 * kBlocks, "QK: a thread's codes of a row fill its A fragments");
   static_assert(kPvHalves * kHalf2PerWord == 2 * kBlocks, "PV: a thread's codes of a token pair fill its A fragments");
+  // Scores as integer MMAs (INT2, INT8): A register r (r < kBlocks, two per m16n8k32) holds 4
+  // code bytes of word qk_word(r) of the thread's share of a row.
+  static constexpr bool kIntScores = kBits != 4;
+  __host__ __device__ static constexpr int qk_word(int r) { return kBits == 2 ? r / 4 : r; }
+  static_assert(!kIntScores || qk_word(kBlocks - 1) == kQkWords - 1, "QK: the integer A registers use every word");
 };
 
 // Pair k of a word (w_hi = w >> kHighShift), as f16 subnormals c·2^(pos(k) − 24).
@@ -89,16 +96,19 @@ __device__ __forceinline__ int qk_dim(int t, int i, int hi) {
   const int byte = t * (M::kCodeBytes / 4) + 4 * word + k / M::kCodesPerByte + 2 * hi;
   return byte + (k % M::kCodesPerByte) * M::kCodeBytes;
 }
-// INT2 scores run as integer MMAs (m16n8k32, codes u8, q s8/u8): A register r of a QK
-// thread holds, in its 4 bytes, the codes at bit field s = r % 4 of 4 consecutive code bytes
-// of word r / 4, masked where they lie (s = 1, 3: the value is 4c) or from the word shifted
-// right by 4 (s = 2, 3), so one AND gives 4 codes. Dim of byte i of register r of thread t:
+// INT2 and INT8 scores run as integer MMAs (m16n8k32, codes u8, q s8/u8). INT2: A register
+// r of a QK thread holds, in its 4 bytes, the codes at bit field s = r % 4 of 4 consecutive
+// code bytes of word r / 4, masked where they lie (s = 1, 3: the value is 4c) or from the
+// word shifted right by 4 (s = 2, 3), so one AND gives 4 codes. INT8: register r is word r,
+// 4 codes as they are. Dim of byte i of register r of thread t:
 template <class M>
 __device__ __forceinline__ int qk8_dim(int t, int r, int i) {
-  const int byte = t * (M::kCodeBytes / 4) + 4 * (r / 4) + i;
-  return byte + (r % 4) * M::kCodeBytes;
+  const int byte = t * (M::kCodeBytes / 4) + 4 * M::qk_word(r) + i;
+  return M::kCodesPerByte == 1 ? byte : byte + (r % 4) * M::kCodeBytes;
 }
+template <class M>
 __device__ __forceinline__ uint32_t code_quad(uint32_t w, uint32_t w_hi, int r) {
+  if constexpr (M::kCodesPerByte == 1) return w;
   return ((r % 4) < 2 ? w : w_hi) & ((r % 2) ? 0x0C0C0C0Cu : 0x03030303u);
 }
 
@@ -158,10 +168,10 @@ __host__ __device__ inline int64_t partial_o_offset(int64_t batch, int64_t n_hea
 }
 
 // Stands in for a released history page (a correct caller never asks for one): zeros, as
-// many as the longest step copies (d = 128: INT2's 64 rows or INT4's 32).
-constexpr int kZeroPageBytes = MmaGeometry<2, 128>::kStepRowBytes > MmaGeometry<4, 128>::kStepRowBytes
-                                   ? MmaGeometry<2, 128>::kStepRowBytes
-                                   : MmaGeometry<4, 128>::kStepRowBytes;
+// many as the longest step copies (d = 128: INT8's 32 rows).
+constexpr int kZeroPageBytes = MmaGeometry<8, 128>::kStepRowBytes;
+static_assert(kZeroPageBytes >= MmaGeometry<2, 128>::kStepRowBytes && kZeroPageBytes >= MmaGeometry<4, 128>::kStepRowBytes,
+              "the zero page covers every step");
 __device__ __align__(16) uint8_t g_zero_page[kZeroPageBytes];
 
 // Writes "no keys" (m = −inf, l = 0) for the group's heads; the merge skips such slots.
@@ -213,11 +223,12 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
   static_assert((M::kWarps * M::kStepRows) % M::kPageRows == 0, "each warp's steps sit at one place in their pages");
 
   // q' = q·log2(e)/√d·2^-e_h, rounded to f16 with max|q'| in [2^14, 2^15) (INT4) or to an
-  // integer with max|q'| in [2^12, 2^13) (INT2, kInt8: the byte layout of the integer MMAs,
-  // qk8_dim, where qv[r][i / 2][i % 2] is byte i of register r), and Σq' per head. Thread
-  // (g, t) holds the dims of head g that its B fragments need (a quarter of the row: the 4
-  // lanes of a quad hold all of it), loaded now and used after the first copies start.
-  constexpr bool kInt8 = kBits == 2;
+  // integer with max|q'| in [2^12, 2^13) (INT2) or [2^14, 2^15) (INT8) (kInt: the byte
+  // layout of the integer MMAs, qk8_dim, where qv[r][i / 2][i % 2] is byte i of register r),
+  // and Σq' per head. Thread (g, t) holds the dims of head g that its B fragments need (a
+  // quarter of the row: the 4 lanes of a quad hold all of it), loaded now and used after the
+  // first copies start.
+  constexpr bool kInt = M::kIntScores;
   const float qscale = 1.4426950408889634f / sqrtf(float(kDim));
   const float* qg = p.q + (head0 + g) * kDim;
   float qv[M::kBlocks][2][2];
@@ -227,7 +238,7 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi)
-        qv[kb][r][hi] = g < group ? qg[kInt8 ? qk8_dim<M>(t, kb, 2 * r + hi) : qk_dim<M>(t, 2 * kb + r, hi)] : 0.0f;
+        qv[kb][r][hi] = g < group ? qg[kInt ? qk8_dim<M>(t, kb, 2 * r + hi) : qk_dim<M>(t, 2 * kb + r, hi)] : 0.0f;
 
   // A step's K rows and its V rows are two bulk copies by the TMA unit, issued by lane 0 after
   // it arms the stage's barrier with their bytes; all lanes wait on its phase. The
@@ -278,24 +289,27 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
   int ex = 0;
   frexpf(mx, &ex);  // mx < 2^ex
-  // f16: max|q'| in [2^14, 2^15), headroom for 2^-pos; integers: [2^12, 2^13), so that 4q'
-  // fits the 16 bits of a high s8 and a low u8 byte.
-  const int e = mx > 0.0f ? ex - (kInt8 ? 13 : 15) : 0;
+  // f16: max|q'| in [2^14, 2^15), headroom for 2^-pos; INT2: [2^12, 2^13), so that 4q' fits
+  // the 16 bits of a high s8 and a low u8 byte; INT8: [2^14, 2^15), q' itself in those bytes.
+  constexpr bool kQuadQ = kBits == 2;  // INT2 registers hold c or 4c: q' is taken 4q' or q'
+  const int e = mx > 0.0f ? ex - (kQuadQ ? 13 : 15) : 0;
   // B fragments of q' (k = dims in the QK order, n = head g). f16: the power of two 2^pos
   // each A register's codes carry is undone here (exact: q' is f16 already), qf[kb][0 | 1]
   // the two registers of k-block kb. Integers: qf[r][0 | 1] the high (s8) and low (u8)
-  // bytes of 4q' where register r holds codes c (r % 4 even), of q' where it holds 4c.
+  // bytes of 4q' where register r holds codes c (INT2, r % 4 even), of q' where it holds 4c
+  // (INT2, r % 4 odd) or c (INT8).
   uint32_t qf[M::kBlocks][2];
   float qsum = 0.0f;
 #pragma unroll
   for (int kb = 0; kb < M::kBlocks; ++kb) {
-    if constexpr (kInt8) {
+    if constexpr (kInt) {
+      constexpr float kQMax = kQuadQ ? 8191.0f : 32767.0f;
       uint32_t hi8 = 0, lo8 = 0;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int qi = int(fminf(fmaxf(rintf(ldexpf(qv[kb][i / 2][i % 2], -e)), -8192.0f), 8191.0f));
+        const int qi = int(fminf(fmaxf(rintf(ldexpf(qv[kb][i / 2][i % 2], -e)), -kQMax - 1.0f), kQMax));
         qsum += float(qi);
-        const int q4 = kb % 2 ? qi : 4 * qi;
+        const int q4 = kQuadQ && kb % 2 == 0 ? 4 * qi : qi;
         hi8 |= uint32_t((q4 >> 8) & 0xff) << (8 * i);
         lo8 |= uint32_t(q4 & 0xff) << (8 * i);
       }
@@ -331,15 +345,15 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
   const int ls = kPair == 2 ? t >> 1 : 0;
   const int hb = kPair == 2 ? 2 * (t & 1) : 2 * t;
   // score = (s·Σq'c − s·z·Σq')·2^e = (s·C)·qa − (s·z)·qz for this thread's heads hb, hb + 1,
-  // whose sums and exponents live in quads hb and hb + 1; the MMA's C is Σq'c·2^-24 (f16) or
-  // 4·Σq'c (integers).
+  // whose sums and exponents live in quads hb and hb + 1; the MMA's C is Σq'c·2^-24 (f16),
+  // 4·Σq'c (INT2) or Σq'c (INT8).
   const float qinv = ldexpf(1.0f, e);
   float qa[2], qz[2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int src = 4 * (hb + hh);
     const float inv = __shfl_sync(0xffffffffu, qinv, src), sum = __shfl_sync(0xffffffffu, qsum, src);
-    qa[hh] = inv * (kInt8 ? 0.25f : 16777216.0f);
+    qa[hh] = inv * (kInt ? (kQuadQ ? 0.25f : 1.0f) : 16777216.0f);
     qz[hh] = sum * inv;
   }
 
@@ -374,7 +388,7 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
         const uint8_t* kp = kbuf + (kPair * j + sl) * M::kSlabBytes;
         // The thread's code words of rows g and g + 8, and each shifted right to bring the
         // fields the masks cannot take in place within reach.
-        constexpr int kShift = kInt8 ? 4 : M::kHighShift;
+        constexpr int kShift = kInt ? 4 : M::kHighShift;  // (INT8 uses no shifted words)
         uint32_t wa[M::kQkWords], wb[M::kQkWords], wa_hi[M::kQkWords], wb_hi[M::kQkWords];
 #pragma unroll
         for (int w = 0; w < M::kQkWords; ++w) {
@@ -383,12 +397,12 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
           wa_hi[w] = wa[w] >> kShift;
           wb_hi[w] = wb[w] >> kShift;
         }
-        if constexpr (kInt8) {
+        if constexpr (kInt) {
 #pragma unroll
           for (int kb = 0; kb < M::kBlocks / 2; ++kb) {
-            const int r0 = 2 * kb, r1 = 2 * kb + 1, w0 = r0 / 4, w1 = r1 / 4;
-            const uint32_t a0 = code_quad(wa[w0], wa_hi[w0], r0), a1 = code_quad(wb[w0], wb_hi[w0], r0);
-            const uint32_t a2 = code_quad(wa[w1], wa_hi[w1], r1), a3 = code_quad(wb[w1], wb_hi[w1], r1);
+            const int r0 = 2 * kb, r1 = 2 * kb + 1, w0 = M::qk_word(r0), w1 = M::qk_word(r1);
+            const uint32_t a0 = code_quad<M>(wa[w0], wa_hi[w0], r0), a1 = code_quad<M>(wb[w0], wb_hi[w0], r0);
+            const uint32_t a2 = code_quad<M>(wa[w1], wa_hi[w1], r1), a3 = code_quad<M>(wb[w1], wb_hi[w1], r1);
             mma_u8s8(ci[sl][0], a0, a1, a2, a3, qf[r0][0], qf[r1][0]);
             mma_u8u8(ci[sl][1], a0, a1, a2, a3, qf[r0][1], qf[r1][1]);
           }
@@ -407,7 +421,7 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
       float c[4];
 #pragma unroll
       for (int e4 = 0; e4 < 4; ++e4) {
-        if constexpr (kInt8) {
+        if constexpr (kInt) {
           const int hi = kPair == 2 && ls ? ci[kPair - 1][0][e4] : ci[0][0][e4];
           const int lo = kPair == 2 && ls ? ci[kPair - 1][1][e4] : ci[0][1][e4];
           c[e4] = float(hi * 256 + lo);
