@@ -186,7 +186,7 @@ TEST(DeviceModelLoader, WritesGpuFixtures) {
   };
   for (const Case& c : {Case{"llama_bf16", false, "bf16"}, Case{"qwen2_int2_hadamard", true, "int2-hadamard"},
                         Case{"qwen2_int2_oscar", true, "int2-oscar"}, Case{"llama_int4", false, "int4"},
-                        Case{"llama_int2_oscar_kmean", false, "int2-oscar"}}) {
+                        Case{"llama_int2_oscar_kmean", false, "int2-oscar"}, Case{"llama_int8", false, "int8"}}) {
     Transformer t(bf16_exact_model(c.qwen2, 11));
     RotationSet rs = random_rotations(2, 64);
     if (std::string(c.name).ends_with("kmean"))  // --k-mean: a key shift per layer
