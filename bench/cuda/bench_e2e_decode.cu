@@ -373,6 +373,7 @@ bool parse_kvs(const std::string& s, std::vector<KvSpec>* out) {
     if (tok == "bf16") out->push_back({tok, 0});
     else if (tok == "int2-oscar") out->push_back({tok, 2});
     else if (tok == "int4-oscar") out->push_back({tok, 4});
+    else if (tok == "int8-oscar") out->push_back({tok, 8});
     else return false;
     i = j + 1;
   }
@@ -382,7 +383,7 @@ bool parse_kvs(const std::string& s, std::vector<KvSpec>* out) {
 void usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--json PATH] [--commit SHA] [--steps N>=5] [--warmup N>=1] [--t T1,T2,...]\n"
-               "          [--kv bf16,int2-oscar,int4-oscar] [--only-latency | --only-throughput]\n"
+               "          [--kv bf16,int2-oscar,int4-oscar,int8-oscar] [--only-latency | --only-throughput]\n"
                "          [--budget-gib X] [--max-batch N] [--tput-t T] [--prefill-t T1,...|none] [--prefill-chunk N] [--seed S]\n"
                "defaults: --steps 32 --warmup 4 --t 8192,32768,131072 --kv bf16,int2-oscar --budget-gib 40\n"
                "          --max-batch 128 --tput-t 32768 --prefill-t 4096 (with the latency rows) --prefill-chunk 1024; commit from OSCAR_COMMIT when --commit is absent\n",
@@ -520,7 +521,7 @@ int main(int argc, char** argv) {
                  shape.n_layers, shape.n_embd, shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.n_ff,
                  shape.n_vocab);
     std::fprintf(f,
-                 "  \"kv_note\": \"bf16: bits 0; int2-oscar: bits 2, G %d, sink %d, recent %d, k/v clip %.2f, R_K random "
+                 "  \"kv_note\": \"bf16: bits 0; int2-oscar (int4-, int8-oscar): bits 2 (4, 8), G %d, sink %d, recent %d, k/v clip %.2f, R_K random "
                  "orthogonal per layer, R_V absorbed; caches filled by DeviceKvCache::synthesize\",\n",
                  kGroup, kSink, kWindow, kClip);
     std::fprintf(f,
