@@ -22,8 +22,9 @@ struct ChatOptions {
 int chat(const ChatOptions& o) {
   LoadedModel m = load_model(o.model);
   if (m.chat_template == ChatTemplateKind::none) fail("chat: the model has no known chat template");
-  KvCache cache = m.transformer->make_cache(o.model.ctx);
-  const SeqId seq = cache.add_sequence();
+  CpuRunner runner(*m.transformer, m.transformer->make_cache(o.model.ctx));
+  KvCache& cache = runner.cache();
+  const SeqId seq = runner.add_sequence();
   Sampler sampler(o.sampler);
   std::vector<ChatMessage> history;
   if (!o.system.empty()) history.push_back({"system", o.system});
@@ -47,7 +48,7 @@ int chat(const ChatOptions& o) {
     std::string reply;
     Utf8Stream out;
     std::vector<int32_t> reply_ids;
-    generate(m, cache, seq, ids, o.n_predict, sampler, [&](int32_t id) {
+    engine::generate(runner, *m.tokenizer, seq, ids, o.n_predict, sampler, [&](int32_t id) {
       reply_ids.push_back(id);
       const std::string piece = m.tokenizer->token_to_piece(id);
       reply += piece;

@@ -44,8 +44,8 @@ int run(RunOptions o) {
   if (int64_t(prompt.size()) >= n_ctx) fail("prompt has {} tokens, more than the context size {} (-c)", prompt.size(), n_ctx);
   const int64_t capacity = std::min<int64_t>(n_ctx, int64_t(prompt.size()) + o.n_predict);
   const bool on_gpu = o.model.device == "cuda";
-  KvCache cache = m.transformer->make_cache(on_gpu ? 1 : capacity);
-  const SeqId seq = cache.add_sequence();
+  CpuRunner runner(*m.transformer, m.transformer->make_cache(on_gpu ? 1 : capacity));
+  const SeqId seq = runner.add_sequence();
   Sampler sampler(o.sampler);
 
   if (!o.no_display_prompt && !o.chat) fmt::print("{}", o.prompt);
@@ -58,12 +58,12 @@ int run(RunOptions o) {
     return true;
   };
   const GenerationStats st = on_gpu ? generate_on_device(m, capacity, prompt, o.n_predict, sampler, print_token)
-                                    : generate(m, cache, seq, prompt, o.n_predict, sampler, print_token);
+                                    : engine::generate(runner, *m.tokenizer, seq, prompt, o.n_predict, sampler, print_token);
   fmt::print("{}\n", out.flush());
   fmt::print(stderr, "\nprompt: {} tokens in {:.2f} s ({:.1f} tokens/s); generation: {} tokens in {:.2f} s ({:.1f} tokens/s)\n",
              st.n_prompt, st.prompt_seconds, double(st.n_prompt) / std::max(st.prompt_seconds, 1e-9), st.n_generated,
              st.generate_seconds, double(st.n_generated) / std::max(st.generate_seconds, 1e-9));
-  if (!on_gpu) print_kv_memory(cache, seq);
+  if (!on_gpu) print_kv_memory(runner.cache(), seq);
   return 0;
 }
 }  // namespace

@@ -13,5 +13,6 @@ void add_calibrate_command(CLI::App& app);
 void add_rotations_command(CLI::App& app);
 void add_niah_command(CLI::App& app);
 void add_eval_kv_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace oscar::cli

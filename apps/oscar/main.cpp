@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   oscar::cli::add_rotations_command(app);
   oscar::cli::add_niah_command(app);
   oscar::cli::add_eval_kv_command(app);
+  oscar::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -351,6 +351,41 @@ TEST(QuantCodec, FastMatchesReference) {
       }
 }
 
+// Groups whose packed part is under 8 bytes (INT2 G = 16, INT4 G = 8) are below what the
+// AVX2 kernels read at once: the dispatched entry points must still match the reference
+// (they once read past the group into the next row's scales).
+TEST(QuantCodec, DispatchMatchesReferenceOnSmallGroups) {
+  for (auto [bits, G] : {std::pair{2, 16}, std::pair{2, 8}, std::pair{4, 8}, std::pair{2, 32}, std::pair{4, 16}}) {
+    const int d = 64, n = 5;
+    const QuantParams p{bits, d, G, 0.0f};
+    const size_t rb = quant_row_bytes(p);
+    std::vector<uint8_t> rows(rb * n);
+    for (int r = 0; r < n; ++r) {
+      const auto x = test::random_vector(size_t(d), 300 + uint64_t(r), -3.0f, 3.0f);
+      quantize_row(p, x.data(), rows.data() + size_t(r) * rb);
+    }
+    const auto q = test::random_vector(size_t(d), 400, -2.0f, 2.0f);
+    std::vector<float> out(n), ref(n);
+    dot_rows(p, q.data(), rows.data(), rb, n, out.data());
+    dot_rows_ref(p, q.data(), rows.data(), rb, n, ref.data());
+    for (int r = 0; r < n; ++r) {
+      const uint8_t* row = rows.data() + size_t(r) * rb;
+      EXPECT_NEAR(out[size_t(r)], ref[size_t(r)], 1e-4 * (1 + std::fabs(ref[size_t(r)]))) << bits << " bits, G " << G;
+      EXPECT_NEAR(dot_row(p, q.data(), row), ref[size_t(r)], 1e-4 * (1 + std::fabs(ref[size_t(r)]))) << bits << " bits, G " << G;
+      std::vector<float> x(static_cast<size_t>(d)), xr(static_cast<size_t>(d)), acc(static_cast<size_t>(d), 0.5f),
+          accr(static_cast<size_t>(d), 0.5f);
+      dequantize_row(p, row, x.data());
+      dequantize_row_ref(p, row, xr.data());
+      axpy_row(p, 0.7f, row, acc.data());
+      axpy_row_ref(p, 0.7f, row, accr.data());
+      for (int i = 0; i < d; ++i) {
+        ASSERT_EQ(x[size_t(i)], xr[size_t(i)]) << bits << " bits, G " << G;
+        ASSERT_NEAR(acc[size_t(i)], accr[size_t(i)], 1e-5) << bits << " bits, G " << G;
+      }
+    }
+  }
+}
+
 // Budget 3: quantized dot vs fp32 dot. Deterministic: |q·x̂ − q·x| ≤ Σ_g (s_g/2 + slack)·Σ|q_g|
 // for unclipped rows. Statistical: relative RMS error shrinks ≈ 4× per 2 extra bits.
 TEST(QuantCodec, QuantizedDotVsF32) {

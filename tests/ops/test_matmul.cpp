@@ -43,5 +43,44 @@ TEST(Matmul, Avx2RowsMatchScalarRows) {
   }
 }
 
+// The batched decode product must equal the one-row product bit for bit (a sequence
+// decodes to the same tokens alone or in a batch), and the reference within f32 error.
+TEST(Matmul, DecodeBatchEqualsOneRowAtATime) {
+  uint64_t seed = 900;
+  for (int64_t m : {2, 3, 4, 5, 8, 11}) {
+    for (int64_t k : {1, 8, 13, 576}) {
+      for (int64_t n : {1, 2, 3, 97, 130}) {
+        auto x = test::random_vector(size_t(m * k), ++seed);
+        auto w = test::random_vector(size_t(n * k), ++seed);
+        auto b = test::random_vector(size_t(n), ++seed);
+        std::vector<float> y(size_t(m * n)), one(static_cast<size_t>(n)), ref(size_t(m * n));
+        matmul_decode(x.data(), w.data(), b.data(), y.data(), m, k, n);
+        matmul_ref(x.data(), w.data(), b.data(), ref.data(), m, k, n);
+        EXPECT_TRUE(test::all_close(y, ref, 1e-5 * std::sqrt(double(k)), 1e-5)) << m << "x" << k << "x" << n;
+        for (int64_t i = 0; i < m; ++i) {
+          matmul(x.data() + i * k, w.data(), b.data(), one.data(), 1, k, n);
+          for (int64_t j = 0; j < n; ++j)
+            ASSERT_EQ(y[size_t(i * n + j)], one[size_t(j)]) << "row " << i << " col " << j << " of " << m << "x" << k << "x" << n;
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, Avx2BatchRowsMatchScalarRows) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2";
+  const int64_t m = 6, k = 97, n = 41;
+  auto x = test::random_vector(size_t(m * k), 31);
+  auto w = test::random_vector(size_t(n * k), 32);
+  std::vector<float> y(size_t(m * n), -999.0f), ref(size_t(m * n), -999.0f);
+  matmul_rows_avx2(x.data(), m, w.data(), y.data(), k, n, 3, 40);
+  matmul_rows_ref(x.data(), m, w.data(), ref.data(), k, n, 3, 40);
+  EXPECT_TRUE(test::all_close(y, ref, 1e-5 * std::sqrt(double(k)), 1e-5));
+  for (int64_t i = 0; i < m; ++i) {  // columns outside [3, 40) untouched
+    EXPECT_EQ(y[size_t(i * n + 2)], -999.0f);
+    EXPECT_EQ(y[size_t(i * n + 40)], -999.0f);
+  }
+}
+
 }  // namespace
 }  // namespace oscar

@@ -41,24 +41,42 @@ KvCache::KvCache(KvShape shape, KvSpec spec, int64_t capacity_tokens, std::vecto
       v_formats_(std::move(v_formats)),
       fp_alloc_(int32_t(ceil_div(std::max<int64_t>(capacity_tokens, 1), spec.block_tokens))),
       q_alloc_(spec.quantized() ? int32_t(ceil_div(std::max<int64_t>(capacity_tokens, 1), history_block_tokens()) + 1) : 0) {
-  OSCAR_CHECK(shape.n_layers > 0 && shape.n_kv_heads > 0 && shape.head_dim > 0, "bad KV shape");
-  spec_.validate();
   if (capacity_tokens <= 0) fail("KV cache capacity must be positive, got {}", capacity_tokens);
+  allocate_pools();
+}
+
+KvCache::KvCache(KvShape shape, KvSpec spec, KvPages pages, std::vector<HistoryFormat> k_formats,
+                 std::vector<HistoryFormat> v_formats)
+    : shape_(shape),
+      spec_(spec),
+      k_formats_(std::move(k_formats)),
+      v_formats_(std::move(v_formats)),
+      fp_alloc_(int32_t(std::clamp<int64_t>(pages.fp, 0, INT32_MAX))),
+      q_alloc_(spec.quantized() ? int32_t(std::clamp<int64_t>(pages.history, 0, INT32_MAX)) : 0) {
+  if (pages.fp <= 0) fail("KV cache needs at least one fp page, got {}", pages.fp);
+  if (pages.fp > INT32_MAX || pages.history > INT32_MAX) fail("KV cache of {} + {} pages is too large", pages.fp, pages.history);
+  allocate_pools();
+}
+
+void KvCache::allocate_pools() {
+  OSCAR_CHECK(shape_.n_layers > 0 && shape_.n_kv_heads > 0 && shape_.head_dim > 0, "bad KV shape");
+  spec_.validate();
   if (spec_.quantized()) {
-    if (int(k_formats_.size()) != shape.n_layers || int(v_formats_.size()) != shape.n_layers)
-      fail("quantized KV cache needs a K and a V format per layer ({} layers)", shape.n_layers);
-    for (int l = 0; l < shape.n_layers; ++l)
+    if (int(k_formats_.size()) != shape_.n_layers || int(v_formats_.size()) != shape_.n_layers)
+      fail("quantized KV cache needs a K and a V format per layer ({} layers)", shape_.n_layers);
+    for (int l = 0; l < shape_.n_layers; ++l)
       OSCAR_CHECK(k_formats_[size_t(l)].block_tokens == history_block_tokens() &&
                       v_formats_[size_t(l)].block_tokens == history_block_tokens(),
                   "layer {}: history formats must use {}-token blocks", l, history_block_tokens());
   }
+  const int64_t capacity = capacity_tokens();
   const size_t fp_bytes = size_t(fp_block_bytes()) * size_t(fp_alloc_.n_blocks());
-  for (int l = 0; l < shape.n_layers; ++l) {
-    k_.push_back(alloc_pool(fp_bytes, capacity_tokens));
-    v_.push_back(alloc_pool(fp_bytes, capacity_tokens));
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    k_.push_back(alloc_pool(fp_bytes, capacity));
+    v_.push_back(alloc_pool(fp_bytes, capacity));
     if (spec_.quantized()) {
-      qk_.push_back(alloc_pool(size_t(q_block_bytes(true, l)) * size_t(q_alloc_.n_blocks()), capacity_tokens));
-      qv_.push_back(alloc_pool(size_t(q_block_bytes(false, l)) * size_t(q_alloc_.n_blocks()), capacity_tokens));
+      qk_.push_back(alloc_pool(size_t(q_block_bytes(true, l)) * size_t(q_alloc_.n_blocks()), capacity));
+      qv_.push_back(alloc_pool(size_t(q_block_bytes(false, l)) * size_t(q_alloc_.n_blocks()), capacity));
     }
   }
 }
@@ -144,18 +162,63 @@ void KvCache::remove_sequence(SeqId seq) {
 
 int64_t KvCache::length(SeqId seq) const { return seq_ref(seq).length; }
 
-bool KvCache::reserve(SeqId seq, int64_t n) {
-  Sequence& s = seq_ref(seq);
-  const int64_t fp_need = ceil_div(s.length + n, spec_.block_tokens) - int64_t(s.blocks.size());
-  int64_t q_need = 0;
+KvPages KvCache::reserve_need(SeqId seq, int64_t n) const {
+  const Sequence& s = seq_ref(seq);
+  KvPages need;
+  need.fp = std::max<int64_t>(0, ceil_div(s.length + n, spec_.block_tokens) - int64_t(s.blocks.size()));
   if (spec_.quantized()) {
     const int64_t hist = spec_.history_end(s.length + n) - std::min<int64_t>(s.length + n, spec_.sink);
-    q_need = ceil_div(hist, history_block_tokens()) - int64_t(s.q_blocks.size());
+    need.history = std::max<int64_t>(0, ceil_div(hist, history_block_tokens()) - int64_t(s.q_blocks.size()));
   }
-  if (fp_need > fp_alloc_.n_free() || q_need > q_alloc_.n_free()) return false;
-  for (int64_t i = 0; i < fp_need; ++i) s.blocks.push_back(fp_alloc_.allocate());
-  for (int64_t i = 0; i < q_need; ++i) s.q_blocks.push_back(q_alloc_.allocate());
+  return need;
+}
+
+bool KvCache::can_reserve(SeqId seq, int64_t n) const {
+  const KvPages need = reserve_need(seq, n);
+  return need.fp <= fp_alloc_.n_free() && need.history <= q_alloc_.n_free();
+}
+
+bool KvCache::reserve(SeqId seq, int64_t n) {
+  if (!can_reserve(seq, n)) return false;
+  const KvPages need = reserve_need(seq, n);
+  Sequence& s = seq_ref(seq);
+  for (int64_t i = 0; i < need.fp; ++i) s.blocks.push_back(fp_alloc_.allocate());
+  for (int64_t i = 0; i < need.history; ++i) s.q_blocks.push_back(q_alloc_.allocate());
   return true;
+}
+
+int64_t KvCache::fp_page_bytes() const { return 2LL * shape_.n_layers * fp_block_bytes(); }
+
+int64_t KvCache::history_page_bytes() const {
+  int64_t n = 0;
+  for (int l = 0; l < shape_.n_layers && spec_.quantized(); ++l) n += q_block_bytes(true, l) + q_block_bytes(false, l);
+  return n;
+}
+
+KvPages KvCache::pages_for_length(int64_t t) const {
+  const int64_t B = spec_.block_tokens;
+  KvPages p;
+  p.fp = ceil_div(t, B);
+  if (!spec_.quantized()) return p;
+  // commit() releases the fp pages from the first one past the sink up to the last whole
+  // page below the history end.
+  const int64_t h = spec_.history_end(t);
+  p.fp -= std::max<int64_t>(0, h / B - ceil_div(spec_.sink, B));
+  p.history = ceil_div(h - std::min<int64_t>(t, spec_.sink), history_block_tokens());
+  return p;
+}
+
+KvSegmentUsage KvCache::segment_usage() const {
+  KvSegmentUsage u;
+  const int64_t sink_pages = ceil_div(spec_.quantized() ? spec_.sink : 0, spec_.block_tokens);
+  for (const auto& [id, s] : seqs_) {
+    for (size_t b = 0; b < s.blocks.size(); ++b)
+      if (s.blocks[b] >= 0) (int64_t(b) < sink_pages ? u.sink_pages : u.recent_pages) += 1;
+    u.history_pages += int64_t(s.q_blocks.size());
+  }
+  u.fp_free_pages = fp_alloc_.n_free();
+  u.history_free_pages = q_alloc_.n_free();
+  return u;
 }
 
 void KvCache::write(int layer, SeqId seq, int64_t pos, int64_t n, const float* k, const float* v) {

@@ -52,11 +52,27 @@ struct KvSeqView {
   }
 };
 
+// Page counts of the two pools: fp pages (block_tokens tokens of every layer's K and V
+// rows in the fp dtype) and history pages (a history block of every layer's K and V).
+struct KvPages {
+  int64_t fp = 0;
+  int64_t history = 0;
+};
+
+// Pages in use by segment (an fp page holding any sink token counts as sink) and free per pool.
+struct KvSegmentUsage {
+  int64_t sink_pages = 0, recent_pages = 0, history_pages = 0;
+  int64_t fp_free_pages = 0, history_free_pages = 0;
+};
+
 class KvCache {
  public:
   // Room for `capacity_tokens` tokens over all sequences (rounded up to whole pages).
   // `formats` (one K and one V format per layer) are required when spec.quantized().
   KvCache(KvShape shape, KvSpec spec, int64_t capacity_tokens, std::vector<HistoryFormat> k_formats = {},
+          std::vector<HistoryFormat> v_formats = {});
+  // Exactly `pages` of each pool (a server sizes them from a byte budget, see KvBudget).
+  KvCache(KvShape shape, KvSpec spec, KvPages pages, std::vector<HistoryFormat> k_formats = {},
           std::vector<HistoryFormat> v_formats = {});
 
   const KvShape& shape() const { return shape_; }
@@ -71,6 +87,9 @@ class KvCache {
   // Makes room for n more tokens (fp pages for them, history pages for what they push
   // out of the recent window); false, with nothing changed, when pages run out.
   bool reserve(SeqId seq, int64_t n);
+  // The pages reserve(seq, n) would take now, and whether they are free.
+  KvPages reserve_need(SeqId seq, int64_t n) const;
+  bool can_reserve(SeqId seq, int64_t n) const;
   // Writes fp rows for tokens [pos, pos + n) of one layer; k, v: [n, n_kv_heads, head_dim].
   // pos must be the current length (append only) and the pages reserved.
   void write(int layer, SeqId seq, int64_t pos, int64_t n, const float* k, const float* v);
@@ -93,6 +112,14 @@ class KvCache {
   double bits_per_element(SeqId seq) const;
   int64_t bytes_allocated() const;       // both pools
   int64_t history_tokens(SeqId seq) const;
+  // Page geometry and accounting for admission and metrics.
+  int64_t fp_page_bytes() const;       // one fp page, every layer, K and V
+  int64_t history_page_bytes() const;  // one history page, every layer, K and V (0: no history)
+  KvPages total_pages() const { return {fp_alloc_.n_blocks(), q_alloc_.n_blocks()}; }
+  KvPages free_pages() const { return {fp_alloc_.n_free(), q_alloc_.n_free()}; }
+  // Pages a sequence of length t holds once committed (fp pages of history tokens released).
+  KvPages pages_for_length(int64_t t) const;
+  KvSegmentUsage segment_usage() const;
 
  private:
   struct Sequence {
@@ -106,6 +133,7 @@ class KvCache {
   int64_t fp_block_bytes() const;
   int64_t q_block_bytes(bool key, int layer) const;
   int history_block_tokens() const;
+  void allocate_pools();
   void release_all(Sequence& s);
 
   KvShape shape_;

@@ -147,34 +147,42 @@ float dot_codes_ref(int bits, int n, const float* q, const uint8_t* packed) {
 
 // ---- dispatch ----------------------------------------------------------------------------
 
+namespace {
+// The AVX2 kernels read the packed codes of a group 8 bytes at a time: a group's part
+// (G·bits/8 bytes) must be a multiple of 8, so INT2 needs G ≥ 32 (G = 16 read past
+// its group, into the next row's scales).
+bool avx2_fits(int bits, int n) { return use_avx2() && (n * bits / 8) % 8 == 0; }
+bool avx2_fits(const QuantParams& p) { return avx2_fits(p.bits, p.group); }
+}  // namespace
+
 void dequantize_row(const QuantParams& p, const uint8_t* in, float* x) {
-  if (use_avx2()) return dequantize_row_avx2(p, in, x);
+  if (avx2_fits(p)) return dequantize_row_avx2(p, in, x);
   dequantize_row_ref(p, in, x);
 }
 
 float dot_row(const QuantParams& p, const float* q, const uint8_t* row) {
-  return use_avx2() ? dot_row_avx2(p, q, row) : dot_row_ref(p, q, row);
+  return avx2_fits(p) ? dot_row_avx2(p, q, row) : dot_row_ref(p, q, row);
 }
 
 void axpy_row(const QuantParams& p, float a, const uint8_t* row, float* acc) {
-  if (use_avx2()) return axpy_row_avx2(p, a, row, acc);
+  if (avx2_fits(p)) return axpy_row_avx2(p, a, row, acc);
   axpy_row_ref(p, a, row, acc);
 }
 
 void dot_rows(const QuantParams& p, const float* q, const uint8_t* rows, size_t row_stride, int64_t n_rows,
               float* out) {
-  if (use_avx2()) return dot_rows_avx2(p, q, rows, row_stride, n_rows, out);
+  if (avx2_fits(p)) return dot_rows_avx2(p, q, rows, row_stride, n_rows, out);
   dot_rows_ref(p, q, rows, row_stride, n_rows, out);
 }
 
 void axpy_rows(const QuantParams& p, const float* a, const uint8_t* rows, size_t row_stride, int64_t n_rows,
                float* acc) {
-  if (use_avx2()) return axpy_rows_avx2(p, a, rows, row_stride, n_rows, acc);
+  if (avx2_fits(p)) return axpy_rows_avx2(p, a, rows, row_stride, n_rows, acc);
   axpy_rows_ref(p, a, rows, row_stride, n_rows, acc);
 }
 
 float dot_codes(int bits, int n, const float* q, const uint8_t* packed) {
-  return use_avx2() ? dot_codes_avx2(bits, n, q, packed) : dot_codes_ref(bits, n, q, packed);
+  return avx2_fits(bits, n) ? dot_codes_avx2(bits, n, q, packed) : dot_codes_ref(bits, n, q, packed);
 }
 
 }  // namespace oscar

@@ -75,68 +75,144 @@ KvCache Transformer::make_cache(int64_t capacity_tokens) const {
   return KvCache(kv_shape(), kv_spec_, capacity_tokens, k_formats_, v_formats_);
 }
 
+KvCache Transformer::make_cache(KvPages pages) const {
+  return KvCache(kv_shape(), kv_spec_, pages, k_formats_, v_formats_);
+}
+
+void Transformer::check_cache(const KvCache& cache) const {
+  for (int l = 0; l < config().n_layers; ++l)
+    if (cache.spec().layer_rotation(l) != kv_spec_.layer_rotation(l))
+      fail("KV cache of type '{}' does not match the model's configured KV type '{}'", cache.spec().name(),
+           kv_spec_.name());
+}
+
 void Transformer::forward(KvCache& cache, SeqId seq, std::span<const int32_t> tokens, LogitsFor which,
                           std::vector<float>& logits, int64_t logits_from) {
   const ModelConfig& c = config();
   const int64_t n = int64_t(tokens.size()), E = c.n_embd;
   OSCAR_CHECK(n > 0, "forward needs at least one token");
-  for (int l = 0; l < c.n_layers; ++l)
-    if (cache.spec().layer_rotation(l) != kv_spec_.layer_rotation(l))
-      fail("KV cache of type '{}' does not match the model's configured KV type '{}'", cache.spec().name(),
-           kv_spec_.name());
+  OSCAR_CHECK(logits_from >= 0 && logits_from < n, "logits_from {} outside [0, {})", logits_from, n);
+  check_cache(cache);
   const int64_t pos0 = cache.length(seq);
   if (!cache.reserve(seq, n))
     fail("KV cache full: sequence at {} tokens cannot take {} more ({} tokens free)", pos0, n, cache.free_tokens());
-
-  const int64_t qd = int64_t(c.n_heads) * c.head_dim, kvd = int64_t(c.n_kv_heads) * c.head_dim;
+  spans_.assign(1, RowSpan{seq, 0, n, pos0});
+  n_rows_ = n;
+  n_decode_rows_ = n == 1 ? 1 : 0;
   x_.resize(size_t(n * E));
-  h_.resize(size_t(n * E));
-  q_.resize(size_t(n * qd));
-  k_.resize(size_t(n * kvd));
-  v_.resize(size_t(n * kvd));
-  att_.resize(size_t(n * qd));
-  proj_.resize(size_t(n * E));
-  gate_.resize(size_t(n * c.n_ff));
-  up_.resize(size_t(n * c.n_ff));
-
   for (int64_t t = 0; t < n; ++t) {
     const int32_t id = tokens[size_t(t)];
     if (id < 0 || id >= c.n_vocab) fail("token id {} out of range [0, {})", id, c.n_vocab);
     std::copy_n(w_.token_embd.data() + int64_t(id) * E, E, x_.data() + t * E);
   }
-  for (int layer = 0; layer < c.n_layers; ++layer) {
-    attention_block(cache, seq, layer, pos0, n);
-    mlp_block(layer, n);
-  }
+  run_layers(cache);
   cache.commit(seq, n);
 
-  OSCAR_CHECK(logits_from >= 0 && logits_from < n, "logits_from {} outside [0, {})", logits_from, n);
   const int64_t first = which == LogitsFor::last ? n - 1 : logits_from, rows = n - first;
   rmsnorm(x_.data() + first * E, w_.output_norm.data(), h_.data(), rows, E, c.rms_eps);
   logits.resize(size_t(rows * c.n_vocab));
   matmul(h_.data(), w_.output_matrix(), nullptr, logits.data(), rows, E, c.n_vocab);
 }
 
-void Transformer::attention_block(KvCache& cache, SeqId seq, int layer, int64_t pos0, int64_t n) {
+void Transformer::forward_batch(KvCache& cache, std::span<const SeqTokens> seqs, std::vector<float>& logits) {
+  const ModelConfig& c = config();
+  const int64_t E = c.n_embd;
+  OSCAR_CHECK(!seqs.empty(), "forward_batch needs at least one sequence");
+  check_cache(cache);
+  // Every sequence's pages up front, checked together: a batch either runs whole or not at all.
+  KvPages need;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    OSCAR_CHECK(!seqs[i].tokens.empty(), "sequence {} has no tokens in the batch", seqs[i].seq);
+    for (size_t j = 0; j < i; ++j) OSCAR_CHECK(seqs[j].seq != seqs[i].seq, "sequence {} twice in a batch", seqs[i].seq);
+    for (int32_t id : seqs[i].tokens)
+      if (id < 0 || id >= c.n_vocab) fail("token id {} out of range [0, {})", id, c.n_vocab);
+    const KvPages p = cache.reserve_need(seqs[i].seq, int64_t(seqs[i].tokens.size()));
+    need.fp += p.fp;
+    need.history += p.history;
+  }
+  const KvPages free = cache.free_pages();
+  if (need.fp > free.fp || need.history > free.history)
+    fail("KV cache full: the batch needs {} fp and {} history pages, {} and {} are free", need.fp, need.history,
+         free.fp, free.history);
+  // Decode spans first so that their rows form one block for matmul_decode.
+  std::vector<size_t> order(seqs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_partition(order.begin(), order.end(), [&](size_t i) { return seqs[i].tokens.size() == 1; });
+  spans_.clear();
+  n_rows_ = n_decode_rows_ = 0;
+  std::vector<int64_t> last_row(seqs.size());
+  for (size_t i : order) {
+    const int64_t n = int64_t(seqs[i].tokens.size());
+    spans_.push_back(RowSpan{seqs[i].seq, n_rows_, n, cache.length(seqs[i].seq)});
+    if (n == 1) ++n_decode_rows_;
+    n_rows_ += n;
+    last_row[i] = n_rows_ - 1;
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) OSCAR_CHECK(cache.reserve(seqs[i].seq, int64_t(seqs[i].tokens.size())), "reserve after check");
+  x_.resize(size_t(n_rows_ * E));
+  for (size_t k = 0; k < spans_.size(); ++k) {
+    const SeqTokens& st = seqs[order[k]];
+    for (int64_t t = 0; t < spans_[k].n; ++t)
+      std::copy_n(w_.token_embd.data() + int64_t(st.tokens[size_t(t)]) * E, E, x_.data() + (spans_[k].row0 + t) * E);
+  }
+  run_layers(cache);
+  for (const RowSpan& sp : spans_) cache.commit(sp.seq, sp.n);
+
+  const int64_t B = int64_t(seqs.size());
+  h_.resize(size_t(std::max(n_rows_, B) * E));
+  std::vector<float> last(size_t(B * E));
+  for (int64_t i = 0; i < B; ++i) std::copy_n(x_.data() + last_row[size_t(i)] * E, E, last.data() + i * E);
+  rmsnorm(last.data(), w_.output_norm.data(), h_.data(), B, E, c.rms_eps);
+  logits.resize(size_t(B * c.n_vocab));
+  matmul_decode(h_.data(), w_.output_matrix(), nullptr, logits.data(), B, E, c.n_vocab);
+}
+
+void Transformer::run_layers(KvCache& cache) {
+  const ModelConfig& c = config();
+  const int64_t n = n_rows_;
+  const int64_t qd = int64_t(c.n_heads) * c.head_dim, kvd = int64_t(c.n_kv_heads) * c.head_dim;
+  h_.resize(size_t(n * c.n_embd));
+  q_.resize(size_t(n * qd));
+  k_.resize(size_t(n * kvd));
+  v_.resize(size_t(n * kvd));
+  att_.resize(size_t(n * qd));
+  proj_.resize(size_t(n * c.n_embd));
+  gate_.resize(size_t(n * c.n_ff));
+  up_.resize(size_t(n * c.n_ff));
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    attention_block(cache, layer);
+    mlp_block(layer);
+  }
+}
+
+void Transformer::linear(const float* x, const float* w, const float* bias, float* y, int64_t k, int64_t n) const {
+  const int64_t nd = n_decode_rows_, rest = n_rows_ - n_decode_rows_;
+  if (nd > 0) matmul_decode(x, w, bias, y, nd, k, n);
+  if (rest > 0) matmul(x + nd * k, w, bias, y + nd * n, rest, k, n);
+}
+
+void Transformer::attention_block(KvCache& cache, int layer) {
   const ModelConfig& c = config();
   const LayerWeights& l = w_.layers[size_t(layer)];
-  const int64_t E = c.n_embd, hd = c.head_dim;
+  const int64_t n = n_rows_, E = c.n_embd, hd = c.head_dim;
   const int64_t qd = c.n_heads * hd, kvd = c.n_kv_heads * hd;
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
 
   rmsnorm(x_.data(), l.attn_norm.data(), h_.data(), n, E, c.rms_eps);
-  matmul(h_.data(), l.wq.data(), bias(l.bq), q_.data(), n, E, qd);
-  matmul(h_.data(), l.wk.data(), bias(l.bk), k_.data(), n, E, kvd);
-  matmul(h_.data(), l.wv.data(), bias(l.bv), v_.data(), n, E, kvd);
-  for (int64_t t = 0; t < n; ++t) {
-    float* qt = q_.data() + t * qd;
-    float* kt = k_.data() + t * kvd;
-    if (c.qk_norm) {
-      rmsnorm(qt, l.q_norm.data(), qt, c.n_heads, hd, c.rms_eps);
-      rmsnorm(kt, l.k_norm.data(), kt, c.n_kv_heads, hd, c.rms_eps);
+  linear(h_.data(), l.wq.data(), bias(l.bq), q_.data(), E, qd);
+  linear(h_.data(), l.wk.data(), bias(l.bk), k_.data(), E, kvd);
+  linear(h_.data(), l.wv.data(), bias(l.bv), v_.data(), E, kvd);
+  for (const RowSpan& sp : spans_) {
+    for (int64_t t = sp.row0; t < sp.row0 + sp.n; ++t) {
+      float* qt = q_.data() + t * qd;
+      float* kt = k_.data() + t * kvd;
+      if (c.qk_norm) {
+        rmsnorm(qt, l.q_norm.data(), qt, c.n_heads, hd, c.rms_eps);
+        rmsnorm(kt, l.k_norm.data(), kt, c.n_kv_heads, hd, c.rms_eps);
+      }
+      rope_apply(rope_, qt, c.n_heads, int(hd), sp.pos0 + (t - sp.row0));
+      rope_apply(rope_, kt, c.n_kv_heads, int(hd), sp.pos0 + (t - sp.row0));
     }
-    rope_apply(rope_, qt, c.n_heads, int(hd), pos0 + t);
-    rope_apply(rope_, kt, c.n_kv_heads, int(hd), pos0 + t);
   }
   if (observer_) observer_->on_attention_inputs(layer, n, q_.data(), k_.data(), v_.data());
   if (const std::vector<float>& s = key_scale_[size_t(layer)]; !s.empty()) {
@@ -149,28 +225,38 @@ void Transformer::attention_block(KvCache& cache, SeqId seq, int layer, int64_t 
     rotation_.rotate_k(layer, k_.data(), n * c.n_kv_heads);
     rotation_.rotate_v(layer, v_.data(), n * c.n_kv_heads);
   }
+  const bool split_bias = kv_spec_.k_bias_split && !l.bk.empty();
   const float* key_add = nullptr;
-  if (kv_spec_.k_bias_split && !l.bk.empty()) {
+  if (split_bias) {
     // The cache keeps k − RoPE(b_k, p) (in the rotated basis: both sides times R_K); the
-    // bias part is input-independent, so attention adds it back exactly.
-    key_add = key_bias_rows(layer, pos0 + n);
-    const float* b = key_add + pos0 * kvd;
-    for (int64_t i = 0; i < n * kvd; ++i) k_[size_t(i)] -= b[i];
+    // bias part is input-independent, so attention adds it back exactly. The table grows
+    // to the furthest position of the pass first: growing may move it.
+    int64_t end = 0;
+    for (const RowSpan& sp : spans_) end = std::max(end, sp.pos0 + sp.n);
+    key_add = key_bias_rows(layer, end);
+    for (const RowSpan& sp : spans_) {
+      const float* b = key_add + sp.pos0 * kvd;
+      float* k = k_.data() + sp.row0 * kvd;
+      for (int64_t i = 0; i < sp.n * kvd; ++i) k[i] -= b[i];
+    }
   }
   if (const std::vector<float>& m = key_shift_[size_t(layer)]; !m.empty())
     for (int64_t t = 0; t < n; ++t)  // one shift for every key: softmax cancels it (--k-mean)
       for (int64_t i = 0; i < kvd; ++i) k_[size_t(t * kvd + i)] -= m[size_t(i)];
-  cache.write(layer, seq, pos0, n, k_.data(), v_.data());
-  cache.demote(layer, seq, pos0 + n);
-
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim};
-  if (n == 1) {
-    attention_decode(shape, cache.view(layer, seq, pos0 + 1), q_.data(), att_.data(), key_add);
-  } else {
-    attention_prefill(shape, cache, layer, seq, q_.data(), n, pos0, att_.data(), key_add);
+  for (const RowSpan& sp : spans_) {
+    cache.write(layer, sp.seq, sp.pos0, sp.n, k_.data() + sp.row0 * kvd, v_.data() + sp.row0 * kvd);
+    cache.demote(layer, sp.seq, sp.pos0 + sp.n);
+    const float* q = q_.data() + sp.row0 * qd;
+    float* out = att_.data() + sp.row0 * qd;
+    if (sp.n == 1) {
+      attention_decode(shape, cache.view(layer, sp.seq, sp.pos0 + 1), q, out, key_add);
+    } else {
+      attention_prefill(shape, cache, layer, sp.seq, q, sp.n, sp.pos0, out, key_add);
+    }
   }
   if (rotation_.active()) rotation_.unrotate_o(layer, att_.data(), n * c.n_heads);
-  matmul(att_.data(), l.wo.data(), nullptr, proj_.data(), n, qd, E);
+  linear(att_.data(), l.wo.data(), nullptr, proj_.data(), qd, E);
   add_inplace(x_.data(), proj_.data(), n * E);
 }
 
@@ -190,15 +276,15 @@ const float* Transformer::key_bias_rows(int layer, int64_t n_positions) {
   return rows.data();
 }
 
-void Transformer::mlp_block(int layer, int64_t n) {
+void Transformer::mlp_block(int layer) {
   const ModelConfig& c = config();
   const LayerWeights& l = w_.layers[size_t(layer)];
-  const int64_t E = c.n_embd, F = c.n_ff;
+  const int64_t n = n_rows_, E = c.n_embd, F = c.n_ff;
   rmsnorm(x_.data(), l.ffn_norm.data(), h_.data(), n, E, c.rms_eps);
-  matmul(h_.data(), l.w_gate.data(), nullptr, gate_.data(), n, E, F);
-  matmul(h_.data(), l.w_up.data(), nullptr, up_.data(), n, E, F);
+  linear(h_.data(), l.w_gate.data(), nullptr, gate_.data(), E, F);
+  linear(h_.data(), l.w_up.data(), nullptr, up_.data(), E, F);
   swiglu(gate_.data(), up_.data(), n * F);
-  matmul(gate_.data(), l.w_down.data(), nullptr, proj_.data(), n, F, E);
+  linear(gate_.data(), l.w_down.data(), nullptr, proj_.data(), F, E);
   add_inplace(x_.data(), proj_.data(), n * E);
 }
 

@@ -18,6 +18,12 @@ namespace oscar {
 
 enum class LogitsFor { last, all };
 
+// One sequence's new tokens in a batched forward pass (positions cache.length(seq) ...).
+struct SeqTokens {
+  SeqId seq = 0;
+  std::span<const int32_t> tokens;
+};
+
 // Sees the attention inputs of every layer after RoPE (and q/k norm), before any KV
 // rotation: what calibration accumulates. q: [n, n_heads, d]; k, v: [n, n_kv_heads, d].
 class ForwardObserver {
@@ -52,6 +58,7 @@ class Transformer {
   const std::vector<float>& key_scale(int layer) const { return key_scale_[size_t(layer)]; }
   // A cache in the configured format for `capacity_tokens` tokens.
   KvCache make_cache(int64_t capacity_tokens) const;
+  KvCache make_cache(KvPages pages) const;  // exactly these pages of each pool
   void set_observer(ForwardObserver* obs) { observer_ = obs; }
 
   // Runs `tokens` at positions cache.length(seq) ... for sequence `seq`; reserves pages
@@ -61,9 +68,26 @@ class Transformer {
   void forward(KvCache& cache, SeqId seq, std::span<const int32_t> tokens, LogitsFor which,
                std::vector<float>& logits, int64_t logits_from = 0);
 
+  // Several sequences in one pass (continuous batching): the matrix products run over all
+  // rows at once, attention per sequence. Sequences with one token (decode) go through
+  // matmul_decode, which gives each row bit for bit what a pass of that sequence alone
+  // gives; longer spans (prefill chunks) go through one sgemm. Reserves every sequence's
+  // pages first: when they do not all fit it throws oscar::Error with nothing changed.
+  // logits: [seqs.size(), n_vocab], the last token of each sequence, in the order given.
+  void forward_batch(KvCache& cache, std::span<const SeqTokens> seqs, std::vector<float>& logits);
+
  private:
-  void attention_block(KvCache& cache, SeqId seq, int layer, int64_t pos0, int64_t n);
-  void mlp_block(int layer, int64_t n);
+  // A sequence's rows in this pass: rows [row0, row0 + n) at positions pos0 ...
+  struct RowSpan {
+    SeqId seq = 0;
+    int64_t row0 = 0, n = 0, pos0 = 0;
+  };
+  void check_cache(const KvCache& cache) const;
+  void run_layers(KvCache& cache);
+  void attention_block(KvCache& cache, int layer);
+  void mlp_block(int layer);
+  // y[rows, n] = x · wᵀ (+ bias) over this pass's rows: decode rows by matmul_decode, the rest by sgemm.
+  void linear(const float* x, const float* w, const float* bias, float* y, int64_t k, int64_t n) const;
   // Grows layer's RoPE(b_k, p)·R_K table to n_positions rows (--k-bias-split).
   const float* key_bias_rows(int layer, int64_t n_positions);
 
@@ -78,6 +102,8 @@ class Transformer {
   std::vector<std::vector<float>> key_bias_;
   std::vector<std::vector<float>> key_shift_;  // per layer, see key_shift()
   std::vector<std::vector<float>> key_scale_;  // per layer, see key_scale()
+  std::vector<RowSpan> spans_;  // this pass: decode spans (n = 1) first, then the others
+  int64_t n_rows_ = 0, n_decode_rows_ = 0;
   // Scratch, sized for the largest batch seen so far.
   std::vector<float> x_, h_, q_, k_, v_, att_, proj_, gate_, up_;
 };

@@ -25,6 +25,26 @@ void matvec_rows_ref(const float* x, const float* w, float* y, int64_t k, int64_
   }
 }
 
+void matmul_rows_ref(const float* x, int64_t m, const float* w, float* y, int64_t k, int64_t n, int64_t n0,
+                     int64_t n1) {
+  for (int64_t i = 0; i < m; ++i) matvec_rows_ref(x + i * k, w, y + i * n, k, n0, n1);
+}
+
+void matmul_decode(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t k, int64_t n) {
+  if (m == 1) return matmul(x, w, bias, y, m, k, n);
+  const bool avx2 = use_avx2();
+  default_pool().parallel_for(n, 64, [&](int64_t n0, int64_t n1) {
+    if (avx2) {
+      matmul_rows_avx2(x, m, w, y, k, n, n0, n1);
+    } else {
+      matmul_rows_ref(x, m, w, y, k, n, n0, n1);
+    }
+    if (bias)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = n0; j < n1; ++j) y[i * n + j] += bias[j];
+  });
+}
+
 void matmul(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t k, int64_t n) {
   if (m == 1) {
     const bool avx2 = use_avx2();

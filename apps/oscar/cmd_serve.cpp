@@ -1,0 +1,150 @@
+// oscar serve: an OpenAI-compatible HTTP server over one loaded model, with continuous
+// batching on one engine thread (src/oscar/serve/). Checks flags and the model's shape
+// before the weights load, prints the KV plan, serves until SIGTERM / SIGINT, then drains.
+#include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "commands.h"
+#include "common.h"
+#include "device_generate.h"
+#include "oscar/core/error.h"
+#include "oscar/engine/kv_budget.h"
+#include "oscar/model/weight_source.h"
+#include "oscar/serve/http_server.h"
+
+namespace oscar::cli {
+
+namespace {
+struct ServeOptions {
+  ModelOptions model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;
+  std::string model_name;
+  int max_seqs = 8;
+  double kv_mem_mib = 0;    // 0: room for max_seqs sequences of -c tokens
+  int step_tokens = 512;
+  int http_threads = 0;     // 0: 4 per sequence + 16
+  double shutdown_timeout = 30;
+};
+
+// Blocks SIGTERM and SIGINT in this thread and every thread it starts, so that only
+// sigwait() below sees them.
+sigset_t block_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+// What can be refused without reading the weights: the device, the KV format, the
+// architecture and head_dim.
+void check_before_loading(const ServeOptions& o) {
+  if (o.model.device == "cuda")
+    fail("serve --device cuda: the GPU runner is not in the server yet; serve on the CPU (--device cpu), or use "
+         "`oscar run --device cuda` for one prompt");
+  const KvSpec kv = kv_spec_from(o.model);
+  auto src = open_weight_source(o.model.model);
+  const ModelConfig& c = src->config();
+  kv.validate_layers(c.n_layers);
+  if (kv.quantized() && kv.group > c.head_dim && o.model.kv_group)
+    fail("--kv-group {} is larger than the model's head_dim {}", kv.group, c.head_dim);
+  fmt::print(stderr, "serve: {} ({}), {} layers, {} KV heads × head_dim {}, KV '{}' on the CPU\n", c.name,
+             arch_name(c.arch), c.n_layers, c.n_kv_heads, c.head_dim, kv.name());
+}
+
+void print_plan(const engine::KvPlan& plan, const Transformer& t, const ServeOptions& o, int64_t ctx) {
+  const int64_t block = t.kv_spec().block_tokens;
+  fmt::print(stderr, "KV bytes per token: sink/recent (fp) {:.1f}, history {:.1f}; pages: {} fp ({} B each), {} history ({} B each)\n",
+             double(plan.fp_page_bytes) / double(block), double(plan.history_page_bytes) / double(block),
+             plan.pages.fp, plan.fp_page_bytes, plan.pages.history, plan.history_page_bytes);
+  fmt::print(stderr, "KV cache: {} for up to {} sequences of {} tokens; sequences that fit at once: {} at {} tokens, {} at {} tokens\n",
+             format_bytes(plan.bytes), o.max_seqs, ctx, engine::sequences_that_fit(t, plan, ctx), ctx,
+             engine::sequences_that_fit(t, plan, std::max<int64_t>(ctx / 4, 1)), std::max<int64_t>(ctx / 4, 1));
+}
+
+int serve(const ServeOptions& o) {
+  const sigset_t stop_signals = block_stop_signals();
+  check_before_loading(o);
+  serve::Metrics metrics;
+  serve::ServerConfig sc;
+  sc.host = o.host;
+  sc.port = o.port;
+  sc.api_key = o.api_key;
+  sc.model_name = o.model_name.empty() ? std::filesystem::path(o.model.model).stem().string() : o.model_name;
+  sc.http_threads = o.http_threads > 0 ? o.http_threads : 4 * o.max_seqs + 16;
+  serve::HttpServer http(sc, metrics);
+  const int port = http.bind();
+  std::thread http_thread([&] { http.listen(); });
+  struct Joiner {  // the HTTP thread stops on every way out of this function
+    serve::HttpServer& h;
+    std::thread& t;
+    ~Joiner() {
+      h.stop();
+      if (t.joinable()) t.join();
+    }
+  } joiner{http, http_thread};
+  fmt::print(stderr, "serve: loading on {}:{} (/health answers 503 until ready)\n", o.host, port);
+
+  LoadedModel m = load_model(o.model);
+  const int64_t ctx = engine::context_limit(o.model, m.transformer->config());
+  const engine::KvPlan plan = engine::plan_kv_cache(*m.transformer, int64_t(o.kv_mem_mib * 1024 * 1024), o.max_seqs,
+                                                    ctx, o.step_tokens);
+  print_plan(plan, *m.transformer, o, ctx);
+  CpuRunner runner(*m.transformer, m.transformer->make_cache(plan.pages));
+  fmt::print(stderr, "engine: {}\n", runner.describe());
+  serve::Scheduler scheduler(runner, *m.tokenizer, serve::SchedulerConfig{o.max_seqs, o.step_tokens, ctx}, metrics);
+  scheduler.start();
+  http.set_model(serve::ServedModel{&scheduler, m.tokenizer.get(), m.chat_template, m.default_system, ctx});
+  fmt::print(stderr, "serve: listening on http://{}:{} (model '{}', {})\n", o.host, port, sc.model_name,
+             o.api_key.empty() ? "no API key" : "API key required");
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  fmt::print(stderr, "serve: {} received: no new requests; finishing the running ones (up to {:.0f} s)\n",
+             sig == SIGTERM ? "SIGTERM" : "SIGINT", o.shutdown_timeout);
+  scheduler.close_admission();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.shutdown_timeout);
+  while (!scheduler.idle() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (!scheduler.idle()) {
+    fmt::print(stderr, "serve: cancelling what is still running\n");
+    scheduler.cancel_all();
+  }
+  scheduler.stop();
+  http.stop();
+  http_thread.join();
+  fmt::print(stderr, "serve: stopped\n");
+  return 0;
+}
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
+  add_model_options(*cmd, o->model);
+  cmd->add_option("--device", o->model.device, "where the model runs: cpu (cuda: not in the server yet)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--host", o->host, "address to listen on (default: loopback only)");
+  cmd->add_option("--port", o->port, "port (0: any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--model-name", o->model_name, "model id in /v1/models and responses (default: the file name)");
+  cmd->add_option("--max-seqs", o->max_seqs, "sequences in the running batch at most")->check(CLI::Range(1, 4096));
+  cmd->add_option("--kv-mem", o->kv_mem_mib, "KV cache budget in MiB (default: --max-seqs sequences of -c tokens)")
+      ->check(CLI::Range(0.0, 1e9));
+  cmd->add_option("--step-tokens", o->step_tokens, "tokens per engine step: decode tokens, then prefill chunks")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--http-threads", o->http_threads, "HTTP worker threads (0: 4 per sequence + 16)")->check(CLI::Range(0, 4096));
+  cmd->add_option("--shutdown-timeout", o->shutdown_timeout, "seconds SIGTERM waits for running requests")
+      ->check(CLI::Range(0.0, 3600.0));
+  cmd->callback([o] { serve(*o); });
+}
+
+}  // namespace oscar::cli

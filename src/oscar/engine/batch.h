@@ -1,0 +1,37 @@
+// One step's work for a Runner: new tokens of several sequences, back to back.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "oscar/kv/kv_cache.h"
+
+namespace oscar::engine {
+
+struct Batch {
+  std::vector<SeqId> seq_ids;         // [n_seqs]
+  std::vector<int64_t> positions;     // [n_seqs] position of each sequence's first new token (its cached length)
+  std::vector<int64_t> query_starts{0};  // [n_seqs + 1] sequence i's tokens: tokens[query_starts[i], query_starts[i + 1])
+  std::vector<int32_t> tokens;        // [n_tokens]
+
+  int n_seqs() const { return int(seq_ids.size()); }
+  int64_t n_tokens() const { return int64_t(tokens.size()); }
+  std::span<const int32_t> tokens_of(int i) const {
+    return std::span<const int32_t>(tokens).subspan(size_t(query_starts[size_t(i)]),
+                                                    size_t(query_starts[size_t(i) + 1] - query_starts[size_t(i)]));
+  }
+  void add(SeqId seq, int64_t position, std::span<const int32_t> new_tokens) {
+    seq_ids.push_back(seq);
+    positions.push_back(position);
+    tokens.insert(tokens.end(), new_tokens.begin(), new_tokens.end());
+    query_starts.push_back(int64_t(tokens.size()));
+  }
+  void clear() {
+    seq_ids.clear();
+    positions.clear();
+    query_starts.assign(1, 0);
+    tokens.clear();
+  }
+};
+
+}  // namespace oscar::engine

@@ -1,0 +1,35 @@
+// Runner on the CPU: a configured Transformer and the paged KvCache it owns.
+#pragma once
+#include "oscar/engine/runner.h"
+#include "oscar/model/transformer.h"
+
+namespace oscar::engine {
+
+class CpuRunner final : public Runner {
+ public:
+  // The model must outlive the runner (it keeps scratch buffers, so one runner per model).
+  CpuRunner(Transformer& model, KvCache cache);
+
+  int32_t n_vocab() const override { return model_.config().n_vocab; }
+  std::string describe() const override;
+  SeqId add_sequence() override { return cache_.add_sequence(); }
+  void free_sequence(SeqId seq) override { cache_.remove_sequence(seq); }
+  int64_t length(SeqId seq) const override { return cache_.length(seq); }
+  KvPages append_need(SeqId seq, int64_t n) const override { return cache_.reserve_need(seq, n); }
+  KvPages pages_for_length(int64_t t) const override { return cache_.pages_for_length(t); }
+  KvPages free_pages() const override { return cache_.free_pages(); }
+  KvPages total_pages() const override { return cache_.total_pages(); }
+  KvPageBytes page_bytes() const override { return {cache_.fp_page_bytes(), cache_.history_page_bytes()}; }
+  KvSegmentUsage usage() const override { return cache_.segment_usage(); }
+  void run(const Batch& batch, std::vector<float>& logits) override;
+
+  KvCache& cache() { return cache_; }
+  const KvCache& cache() const { return cache_; }
+
+ private:
+  Transformer& model_;
+  KvCache cache_;
+  std::vector<SeqTokens> seqs_;  // scratch
+};
+
+}  // namespace oscar::engine

@@ -1,0 +1,46 @@
+#include "oscar/engine/generate.h"
+
+#include <chrono>
+#include <vector>
+
+namespace oscar::engine {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+GenerationStats generate(Runner& runner, const Tokenizer& tokenizer, SeqId seq, std::span<const int32_t> prompt,
+                         int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token) {
+  GenerationStats st;
+  std::vector<float> logits;
+  std::vector<int32_t> history(prompt.begin(), prompt.end());
+  Batch batch;
+  auto step = [&](std::span<const int32_t> tokens) {
+    batch.clear();
+    batch.add(seq, runner.length(seq), tokens);
+    runner.run(batch, logits);
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  if (!prompt.empty()) step(prompt);
+  st.n_prompt = int64_t(prompt.size());
+  st.prompt_seconds = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n_predict; ++i) {
+    if (logits.empty()) break;
+    const int32_t id = sampler.sample(logits, history);
+    if (tokenizer.is_eog(id)) break;
+    ++st.n_generated;
+    history.push_back(id);
+    if (!on_token(id)) break;
+    if (i + 1 == n_predict) break;  // no forward pass for a token nobody will sample from
+    if (!runner.can_append(seq, 1)) break;
+    const int32_t one[1] = {id};
+    step(one);
+  }
+  st.generate_seconds = seconds_since(t0);
+  return st;
+}
+
+}  // namespace oscar::engine

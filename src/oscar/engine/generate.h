@@ -1,0 +1,25 @@
+// The one prefill → decode loop for a single sequence on any Runner (run, chat, and
+// anything else that completes one prompt at a time).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "oscar/engine/runner.h"
+#include "oscar/sampling/sampler.h"
+#include "oscar/text/tokenizer.h"
+
+namespace oscar::engine {
+
+struct GenerationStats {
+  int64_t n_prompt = 0, n_generated = 0;
+  double prompt_seconds = 0.0, generate_seconds = 0.0;
+};
+
+// Feeds the prompt, then samples up to n_predict tokens, calling on_token for each new
+// one (return false to stop). Stops at an end-of-generation token, which is not passed
+// on, and when the sequence's pages run out.
+GenerationStats generate(Runner& runner, const Tokenizer& tokenizer, SeqId seq, std::span<const int32_t> prompt,
+                         int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token);
+
+}  // namespace oscar::engine

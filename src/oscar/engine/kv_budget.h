@@ -1,0 +1,27 @@
+// Sizing a server's KV cache from a byte budget: how many pages of each pool, and how
+// many sequences of a given length fit. A quantized cache keeps only the sink and the
+// recent window of each sequence in fp pages, so its fp pool is sized for max_seqs such
+// windows plus one step's prefill tokens, and the rest of the budget becomes history pages.
+#pragma once
+#include <cstdint>
+
+#include "oscar/kv/kv_cache.h"
+#include "oscar/model/transformer.h"
+
+namespace oscar::engine {
+
+struct KvPlan {
+  KvPages pages;              // what the cache gets
+  int64_t fp_page_bytes = 0, history_page_bytes = 0;
+  int64_t bytes = 0;          // pages × page bytes
+  KvPages per_seq;            // pages one sequence of ctx tokens holds (fp: its most at any length)
+};
+
+// budget_bytes ≤ 0: room for max_seqs sequences of ctx tokens. Throws oscar::Error when
+// the budget cannot hold one sequence of ctx tokens.
+KvPlan plan_kv_cache(const Transformer& model, int64_t budget_bytes, int max_seqs, int64_t ctx, int64_t step_tokens);
+
+// Sequences of `length` tokens that fit in the plan's pages at once.
+int64_t sequences_that_fit(const Transformer& model, const KvPlan& plan, int64_t length);
+
+}  // namespace oscar::engine

@@ -1,0 +1,129 @@
+#include "oscar/engine/model_loader.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "oscar/core/error.h"
+#include "oscar/core/thread_pool.h"
+#include "oscar/formats/gguf.h"
+#include "oscar/kv/rotation_gguf.h"
+#include "oscar/kv/rotation_io.h"
+#include "oscar/model/weight_source.h"
+#include "oscar/text/tokenizer_hf.h"
+
+namespace oscar::engine {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", double(bytes) / (1LL << 30)); }
+}  // namespace
+
+RotationSet load_rotations(const std::string& path) {
+  if (path.ends_with(".gguf")) {
+    auto rs = read_embedded_rotations(gguf::GgufFile::open(path));
+    if (!rs) fail("'{}' holds no OSCAR rotations (make them with `oscar rotations embed`)", path);
+    return *rs;
+  }
+  return read_rotation_dir(path);
+}
+
+void apply_clip_flags(const ModelOptions& o, std::vector<KvLayerType>& types) {
+  for (KvLayerType& t : types) {
+    if (o.k_clip) t.k_clip = *o.k_clip;
+    if (o.v_clip) t.v_clip = *o.v_clip;
+  }
+}
+
+void apply_clip_flags(const ModelOptions& o, RotationSet& rs) {
+  for (LayerRotation& l : rs.layers) {
+    if (o.k_clip) l.k_clip = *o.k_clip;
+    if (o.v_clip) l.v_clip = *o.v_clip;
+  }
+}
+
+KvSpec kv_spec_from(const ModelOptions& o, int n_layers) {
+  KvSpec s = KvSpec::parse(o.kv);
+  if (o.kv_layers && *o.kv_layers != "none") s.layer_types = parse_kv_layers(*o.kv_layers, n_layers);
+  if (o.kv_group) s.group = *o.kv_group;
+  if (o.kv_sink) s.sink = *o.kv_sink;
+  if (o.kv_recent) s.recent = *o.kv_recent;
+  // --k-clip / --v-clip apply to every layer, as they would to a whole-model run of its type.
+  if (o.k_clip) s.k_clip = *o.k_clip;
+  if (o.v_clip) s.v_clip = *o.v_clip;
+  if (o.k_bias_split) s.k_bias_split = true;
+  if (o.no_k_bias_split) s.k_bias_split = false;
+  if (o.no_k_mean) s.k_mean = false;
+  if (o.k_scale) s.k_scale = true;
+  apply_clip_flags(o, s.layer_types);
+  s.validate();
+  return s;
+}
+
+bool apply_calibrated_layer_types(KvSpec& kv, const ModelOptions& o, const RotationSet* rs, int n_layers) {
+  if (o.kv_layers || !rs || rs->kv_layers.empty() || kv.rotation != KvRotation::calibrated) return false;
+  kv.layer_types = parse_kv_layers(rs->kv_layers, n_layers);
+  apply_clip_flags(o, kv.layer_types);
+  kv.validate();
+  return true;
+}
+
+LoadedModel load_model(const ModelOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  set_num_threads(o.threads);
+  openblas_set_num_threads(num_threads());
+  LoadedModel m;
+  KvSpec kv = kv_spec_from(o);  // flags first: fail before the slow part
+  auto src = open_weight_source(o.model);
+  const int n_layers = src->config().n_layers;
+  kv.validate_layers(n_layers);
+  const bool wants_rotations = kv.uses_rotation(KvRotation::calibrated, n_layers);
+  std::string tmpl;
+  std::optional<RotationSet> rotations;
+  if (!o.rotations.empty()) rotations = load_rotations(o.rotations);
+  if (std::filesystem::is_directory(o.model) || o.model.ends_with(".safetensors")) {
+    const std::string dir =
+        std::filesystem::is_directory(o.model) ? o.model : std::filesystem::path(o.model).parent_path().string();
+    m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_hf(dir));
+    tmpl = hf_chat_template(dir);
+  } else {
+    const gguf::GgufFile f = gguf::GgufFile::open(o.model);
+    m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(f));
+    tmpl = f.get_string("tokenizer.chat_template", "");
+    if (!rotations && wants_rotations) rotations = read_embedded_rotations(f);
+  }
+  m.chat_template = detect_chat_template(tmpl, arch_name(src->config().arch));
+  m.default_system = default_system_message(tmpl);
+  if (apply_calibrated_layer_types(kv, o, rotations ? &*rotations : nullptr, n_layers))
+    fmt::print(stderr, "KV per-layer types from the rotations (calibrated for {:.2f} bits): {} (--kv-layers none: uniform)\n",
+               rotations->kv_budget_bits, rotations->kv_layers);
+  if (rotations && kv.rotation == KvRotation::calibrated && !kv.k_scale &&
+      std::any_of(rotations->layers.begin(), rotations->layers.end(), [](const LayerRotation& l) { return !l.k_scale.empty(); }))
+    fmt::print(stderr, "note: the rotations carry a per-channel key scale (their R_K was fitted for scaled queries); "
+                       "add --k-scale to use it\n");
+  m.transformer = std::make_unique<Transformer>(load_model_weights(*src));
+  if (rotations) apply_clip_flags(o, *rotations);
+  m.transformer->configure_kv(kv, rotations ? &*rotations : nullptr);
+  if (m.tokenizer->n_vocab() != m.transformer->config().n_vocab)
+    fail("'{}': tokenizer has {} tokens but the embedding has {} rows", o.model, m.tokenizer->n_vocab(),
+         m.transformer->config().n_vocab);
+  m.load_seconds = seconds_since(t0);
+  if (o.verbose) {
+    const ModelConfig& c = m.transformer->config();
+    fmt::print(stderr, "model: {} ({}), {} layers, n_embd {}, heads {}/{}, head_dim {}, vocab {}, weights {} in f32, loaded in {:.2f} s\n",
+               c.name, arch_name(c.arch), c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_vocab,
+               gib(m.transformer->weights().n_bytes()), m.load_seconds);
+  }
+  return m;
+}
+
+int64_t context_limit(const ModelOptions& o, const ModelConfig& c) {
+  return c.n_ctx_train > 0 ? std::min<int64_t>(o.ctx, c.n_ctx_train) : o.ctx;
+}
+
+}  // namespace oscar::engine

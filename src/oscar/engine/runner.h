@@ -1,0 +1,49 @@
+// The one interface a scheduler or a generation loop drives, whatever device runs the
+// model: a block manager over the KV pages (add / free sequences, what appending takes,
+// what is free) and run(batch), one forward step over several sequences.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "oscar/engine/batch.h"
+#include "oscar/kv/kv_cache.h"
+
+namespace oscar::engine {
+
+// Bytes of one page of each pool (every layer, K and V).
+struct KvPageBytes {
+  int64_t fp = 0;
+  int64_t history = 0;
+};
+
+class Runner {
+ public:
+  virtual ~Runner() = default;
+
+  virtual int32_t n_vocab() const = 0;
+  // Backend, KV format and kernel path, for the start-up report.
+  virtual std::string describe() const = 0;
+
+  // Block manager. A new sequence holds no pages; free_sequence returns all of them.
+  virtual SeqId add_sequence() = 0;
+  virtual void free_sequence(SeqId seq) = 0;
+  virtual int64_t length(SeqId seq) const = 0;
+  virtual KvPages append_need(SeqId seq, int64_t n) const = 0;  // pages that appending n tokens takes now
+  virtual KvPages pages_for_length(int64_t t) const = 0;       // pages a sequence of length t holds
+  virtual KvPages free_pages() const = 0;
+  virtual KvPages total_pages() const = 0;
+  virtual KvPageBytes page_bytes() const = 0;
+  virtual KvSegmentUsage usage() const = 0;
+  bool can_append(SeqId seq, int64_t n) const {
+    const KvPages need = append_need(seq, n), free = free_pages();
+    return need.fp <= free.fp && need.history <= free.history;
+  }
+
+  // Appends every sequence's tokens (batch.positions must be their lengths) and returns
+  // logits [n_seqs, n_vocab] of each sequence's last token. Throws oscar::Error, with
+  // nothing appended, when the pages do not fit or a token is out of range.
+  virtual void run(const Batch& batch, std::vector<float>& logits) = 0;
+};
+
+}  // namespace oscar::engine

@@ -1,0 +1,312 @@
+#include "oscar/serve/http_server.h"
+
+#include <httplib.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <random>
+
+#include "oscar/core/error.h"
+
+namespace oscar::serve {
+
+namespace {
+
+using json = nlohmann::json;
+constexpr auto kPoll = std::chrono::milliseconds(100);
+constexpr auto kKeepAlive = std::chrono::seconds(2);  // an SSE comment after this long without output
+
+void reply_json(httplib::Response& res, int status, const json& j) {
+  res.status = status;
+  res.set_content(j.dump(), "application/json");
+}
+
+void reply_error(httplib::Response& res, int status, std::string_view message, std::string_view type,
+                 std::string_view param = "") {
+  reply_json(res, status, error_json(message, type, param));
+}
+
+std::string random_id(std::string_view prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}{:016x}", prefix, rng());
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+const char* status_type(int status) {
+  switch (status) {
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 431: return "request_header_fields_too_large";
+    case 503: return "unavailable";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
+// The tokens of a request's prompt, or a RequestError naming the field.
+std::vector<int32_t> prompt_tokens(const CompletionRequest& cr, const ServedModel& m) {
+  const Tokenizer& tok = *m.tokenizer;
+  std::vector<int32_t> ids;
+  if (cr.endpoint == Endpoint::chat) {
+    if (m.chat_template == ChatTemplateKind::none)
+      throw RequestError("messages", "this model has no chat template: use /v1/completions");
+    const std::string text = apply_chat_template(m.chat_template, cr.messages, true, m.default_system);
+    ids = tok.encode(text, tok.add_bos(), /*parse_special=*/true);
+  } else if (!cr.prompt_tokens.empty()) {
+    for (size_t i = 0; i < cr.prompt_tokens.size(); ++i)
+      if (cr.prompt_tokens[i] >= tok.n_vocab())
+        throw RequestError(fmt::format("prompt[{}]", i),
+                           fmt::format("token id {} is outside the vocabulary of {}", cr.prompt_tokens[i], tok.n_vocab()));
+    ids = cr.prompt_tokens;
+  } else {
+    ids = tok.encode(cr.prompt, tok.add_bos(), /*parse_special=*/true);
+  }
+  const char* field = cr.endpoint == Endpoint::chat ? "messages" : "prompt";
+  if (ids.empty()) throw RequestError(field, "the prompt is empty");
+  if (int64_t(ids.size()) >= m.ctx)
+    throw RequestError(field, fmt::format("the prompt has {} tokens; the context is {} tokens per sequence (-c), which "
+                                          "must leave room for at least one generated token",
+                                          ids.size(), m.ctx));
+  return ids;
+}
+
+// Streams one request's output as server-sent events.
+class SseStream {
+ public:
+  SseStream(std::shared_ptr<RequestState> st, Endpoint e, std::string model, bool include_usage, bool logprobs)
+      : st_(std::move(st)), e_(e), model_(std::move(model)), include_usage_(include_usage), logprobs_(logprobs),
+        id_(random_id(e == Endpoint::chat ? "chatcmpl-" : "cmpl-")), created_(unix_now()),
+        last_write_(std::chrono::steady_clock::now()) {}
+
+  // One call of httplib's chunked content provider: false ends the connection.
+  bool next(httplib::DataSink& sink) {
+    if (!started_ && e_ == Endpoint::chat) {
+      started_ = true;
+      if (!write(sink, sse_event(chat_chunk(id_, created_, model_, "assistant", "", std::nullopt, nullptr, include_usage_))))
+        return false;
+    }
+    GenerationOutput out = st_->take(kPoll);
+    if (!out.text.empty() || !out.logprobs.empty()) {
+      const auto* lp = logprobs_ ? &out.logprobs : nullptr;
+      const json chunk = e_ == Endpoint::chat
+                             ? chat_chunk(id_, created_, model_, std::nullopt, out.text, std::nullopt, lp, include_usage_)
+                             : completion_chunk(id_, created_, model_, out.text, std::nullopt, lp, include_usage_, sent_bytes_);
+      sent_bytes_ += int64_t(out.text.size());
+      if (!write(sink, sse_event(chunk))) return false;
+    }
+    if (out.finished) {
+      if (!out.error.empty()) {
+        write(sink, sse_event(error_json(out.error, "server_error", "")));
+      } else {
+        const json last = e_ == Endpoint::chat
+                              ? chat_chunk(id_, created_, model_, std::nullopt, std::nullopt, out.finish_reason, nullptr, include_usage_)
+                              : completion_chunk(id_, created_, model_, "", out.finish_reason, nullptr, include_usage_, sent_bytes_);
+        if (!write(sink, sse_event(last))) return false;
+        if (include_usage_ && !write(sink, sse_event(usage_chunk(e_, id_, created_, model_, out.usage)))) return false;
+      }
+      finished_ = true;
+      if (!write(sink, std::string(kSseDone))) return false;
+      sink.done();
+      return true;
+    }
+    // Nothing new for a while (queued, or a long prefill): a comment line, which also finds
+    // a client that has gone.
+    if (std::chrono::steady_clock::now() - last_write_ > kKeepAlive && !write(sink, ": waiting\n\n")) return false;
+    return true;
+  }
+
+  // The connection is over: a stream that did not finish was cut by the client.
+  void release() {
+    if (!finished_) st_->cancel();
+  }
+
+ private:
+  bool write(httplib::DataSink& sink, const std::string& s) {
+    if (!sink.write(s.data(), s.size())) {
+      st_->cancel();
+      return false;
+    }
+    last_write_ = std::chrono::steady_clock::now();
+    return true;
+  }
+
+  std::shared_ptr<RequestState> st_;
+  Endpoint e_;
+  std::string model_;
+  bool include_usage_, logprobs_;
+  std::string id_;
+  int64_t created_;
+  int64_t sent_bytes_ = 0;
+  bool started_ = false, finished_ = false;
+  std::chrono::steady_clock::time_point last_write_;
+};
+
+}  // namespace
+
+bool keys_equal(std::string_view expected, std::string_view given) {
+  unsigned diff = expected.size() == given.size() ? 0u : 1u;
+  for (size_t i = 0; i < expected.size(); ++i)
+    diff |= unsigned(uint8_t(expected[i]) ^ uint8_t(i < given.size() ? given[i] : 0));
+  return diff == 0;
+}
+
+HttpServer::HttpServer(ServerConfig config, Metrics& metrics)
+    : config_(std::move(config)), metrics_(metrics), svr_(std::make_unique<httplib::Server>()) {
+  const int n = std::max(config_.http_threads, 4);
+  svr_->new_task_queue = [n] { return new httplib::ThreadPool(size_t(n)); };
+  svr_->set_payload_max_length(config_.max_body_bytes);
+  svr_->set_keep_alive_timeout(5);
+  svr_->set_read_timeout(30);
+  svr_->set_write_timeout(30);
+  routes();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+int HttpServer::bind() {
+  const int port = config_.port == 0 ? svr_->bind_to_any_port(config_.host)
+                                     : (svr_->bind_to_port(config_.host, config_.port) ? config_.port : -1);
+  if (port < 0) fail("cannot listen on {}:{} (in use, or not an address of this machine)", config_.host, config_.port);
+  return port;
+}
+
+void HttpServer::listen() { svr_->listen_after_bind(); }
+
+void HttpServer::stop() {
+  if (svr_ && svr_->is_running()) svr_->stop();
+}
+
+void HttpServer::set_model(ServedModel m) {
+  model_ = m;
+  ready_.store(true);
+}
+
+void HttpServer::routes() {
+  httplib::Server& s = *svr_;
+  s.set_logger([this](const httplib::Request&, const httplib::Response& res) { metrics_.count_request(res.status); });
+  // Every error leaves as JSON: routes that set no body (404, 413 from httplib) get one here.
+  s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (res.status == 400 && !req.method.empty()) {
+      // httplib's parser read the request line but gave up on a header: in practice one
+      // line over its 8 KiB limit (a malformed line lands here too).
+      res.status = 431;
+      reply_error(res, 431, "a request header line is over 8 KiB, or malformed", status_type(431));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    const std::string msg = res.status == 404   ? "no such route"
+                            : res.status == 413 ? "the request body is too large"
+                                                : fmt::format("HTTP {}", res.status);
+    reply_error(res, res.status, msg, status_type(res.status));
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    reply_error(res, 500, what, "server_error");
+  });
+  // Authorization and readiness before any route but /health.
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    size_t header_bytes = 0;
+    for (const auto& [k, v] : req.headers) header_bytes += k.size() + v.size() + 4;
+    if (header_bytes > config_.max_header_bytes) {
+      reply_error(res, 431, fmt::format("the request headers hold {} bytes; the limit is {}", header_bytes,
+                                        config_.max_header_bytes), status_type(431));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (!config_.api_key.empty()) {
+      const std::string auth = req.get_header_value("Authorization");
+      const std::string_view bearer = "Bearer ";
+      const bool ok = auth.starts_with(bearer) && keys_equal(config_.api_key, std::string_view(auth).substr(bearer.size()));
+      if (!ok) {
+        reply_error(res, 401, "missing or wrong API key (Authorization: Bearer <key>)", "authentication_error");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    if (!ready_.load() && req.path != "/metrics") {
+      reply_error(res, 503, "the model is loading", "unavailable");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (ready_.load()) {
+      reply_json(res, 200, json{{"status", "ok"}});
+    } else {
+      reply_json(res, 503, json{{"status", "loading"}});
+    }
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.render(), "text/plain; version=0.0.4");
+  });
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    reply_json(res, 200, models_json(config_.model_name, unix_now()));
+  });
+  auto completion = [this](Endpoint e) {
+    return [this, e](const httplib::Request& req, httplib::Response& res) {
+      const RequestLimits limits{model_.ctx};
+      CompletionRequest cr;
+      GenerationInput in;
+      try {
+        cr = parse_request_text(e, req.body, limits);
+        in.prompt = prompt_tokens(cr, model_);
+      } catch (const RequestError& err) {
+        reply_json(res, err.status, error_json(err));
+        return;
+      }
+      const int64_t room = model_.ctx - int64_t(in.prompt.size());
+      in.max_new_tokens = std::min(cr.max_tokens.value_or(room), room);
+      in.sampling = cr.sampling;
+      in.stop = cr.stop;
+      in.logprobs = cr.logprobs;
+      in.top_logprobs = cr.top_logprobs;
+      auto st = std::make_shared<RequestState>(std::move(in));
+      if (!model_.scheduler->submit(st)) {
+        reply_error(res, 503, "the server is shutting down", "unavailable");
+        return;
+      }
+      const std::string model_name = config_.model_name;
+      if (cr.stream) {
+        auto stream = std::make_shared<SseStream>(st, e, model_name, cr.include_usage, cr.logprobs);
+        res.set_header("Cache-Control", "no-cache");
+        res.set_chunked_content_provider(
+            "text/event-stream", [stream](size_t, httplib::DataSink& sink) { return stream->next(sink); },
+            [stream](bool) { stream->release(); });
+        return;
+      }
+      // Non-streaming: wait for the end. (httplib 0.11 cannot see a client leave here; the
+      // request then runs to its max_tokens.)
+      std::string text;
+      std::vector<TokenLogprob> lps;
+      GenerationOutput out;
+      do {
+        out = st->take(kPoll);
+        text += out.text;
+        lps.insert(lps.end(), out.logprobs.begin(), out.logprobs.end());
+      } while (!out.finished);
+      if (!out.error.empty()) {
+        reply_error(res, 500, out.error, "server_error");
+        return;
+      }
+      const std::string id = random_id(e == Endpoint::chat ? "chatcmpl-" : "cmpl-");
+      const auto* lp = cr.logprobs ? &lps : nullptr;
+      reply_json(res, 200,
+                 e == Endpoint::chat ? chat_response(id, unix_now(), model_name, text, out.finish_reason, out.usage, lp)
+                                     : completion_response(id, unix_now(), model_name, text, out.finish_reason, out.usage, lp));
+    };
+  };
+  s.Post("/v1/chat/completions", completion(Endpoint::chat));
+  s.Post("/v1/completions", completion(Endpoint::completion));
+}
+
+}  // namespace oscar::serve

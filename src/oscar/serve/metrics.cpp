@@ -1,0 +1,83 @@
+#include "oscar/serve/metrics.h"
+
+#include <fmt/format.h>
+
+namespace oscar::serve {
+
+void Metrics::count_request(int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_by_status_[status];
+}
+
+void Metrics::add_prompt_tokens(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prompt_tokens_ += n;
+}
+
+void Metrics::add_generated_tokens(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  generated_tokens_ += n;
+}
+
+void Metrics::count_preemption() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++preemptions_;
+}
+
+void Metrics::set_engine(const EngineSnapshot& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  engine_ = s;
+}
+
+EngineSnapshot Metrics::engine() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return engine_;
+}
+
+std::string Metrics::render() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out;
+  auto head = [&](const char* name, const char* type, const char* help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  head("oscar_requests_total", "counter", "HTTP requests answered, by status code");
+  for (const auto& [status, n] : requests_by_status_) out += fmt::format("oscar_requests_total{{status=\"{}\"}} {}\n", status, n);
+  head("oscar_prompt_tokens_total", "counter", "prompt tokens of admitted requests");
+  out += fmt::format("oscar_prompt_tokens_total {}\n", prompt_tokens_);
+  head("oscar_generation_tokens_total", "counter", "tokens generated");
+  out += fmt::format("oscar_generation_tokens_total {}\n", generated_tokens_);
+  head("oscar_preemptions_total", "counter", "sequences preempted for KV pages (recomputed later)");
+  out += fmt::format("oscar_preemptions_total {}\n", preemptions_);
+  head("oscar_requests_waiting", "gauge", "requests queued for admission");
+  out += fmt::format("oscar_requests_waiting {}\n", engine_.waiting);
+  head("oscar_requests_running", "gauge", "sequences in the running batch");
+  out += fmt::format("oscar_requests_running {}\n", engine_.running);
+  head("oscar_requests_running_max", "gauge", "most sequences running at once since start");
+  out += fmt::format("oscar_requests_running_max {}\n", engine_.running_max);
+  const KvSegmentUsage& kv = engine_.kv;
+  const engine::KvPageBytes& pb = engine_.page_bytes;
+  head("oscar_kv_pages_used", "gauge", "KV pages in use, by segment (sink and recent: fp pages; history: packed pages)");
+  head("oscar_kv_bytes_used", "gauge", "KV bytes in use, by segment");
+  const std::pair<const char*, std::pair<int64_t, int64_t>> segs[] = {
+      {"sink", {kv.sink_pages, pb.fp}}, {"history", {kv.history_pages, pb.history}}, {"recent", {kv.recent_pages, pb.fp}}};
+  for (const auto& [name, pages_bytes] : segs) {
+    out += fmt::format("oscar_kv_pages_used{{segment=\"{}\"}} {}\n", name, pages_bytes.first);
+    out += fmt::format("oscar_kv_bytes_used{{segment=\"{}\"}} {}\n", name, pages_bytes.first * pages_bytes.second);
+  }
+  head("oscar_kv_pages_free", "gauge", "free KV pages, by pool");
+  head("oscar_kv_bytes_free", "gauge", "free KV bytes, by pool");
+  out += fmt::format("oscar_kv_pages_free{{pool=\"fp\"}} {}\n", kv.fp_free_pages);
+  out += fmt::format("oscar_kv_bytes_free{{pool=\"fp\"}} {}\n", kv.fp_free_pages * pb.fp);
+  out += fmt::format("oscar_kv_pages_free{{pool=\"history\"}} {}\n", kv.history_free_pages);
+  out += fmt::format("oscar_kv_bytes_free{{pool=\"history\"}} {}\n", kv.history_free_pages * pb.history);
+  head("oscar_prefix_cache_queries_total", "counter", "full prompt blocks looked up in the prefix cache");
+  out += fmt::format("oscar_prefix_cache_queries_total {}\n", engine_.prefix_queries);
+  head("oscar_prefix_cache_hits_total", "counter", "full prompt blocks found in the prefix cache");
+  out += fmt::format("oscar_prefix_cache_hits_total {}\n", engine_.prefix_hits);
+  head("oscar_prefix_cache_hit_rate", "gauge", "hits / queries (0 before any query)");
+  out += fmt::format("oscar_prefix_cache_hit_rate {}\n",
+                     engine_.prefix_queries ? double(engine_.prefix_hits) / double(engine_.prefix_queries) : 0.0);
+  return out;
+}
+
+}  // namespace oscar::serve

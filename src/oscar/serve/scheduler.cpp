@@ -1,0 +1,316 @@
+#include "oscar/serve/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "oscar/core/error.h"
+
+namespace oscar::serve {
+
+namespace {
+void add_pages(KvPages& a, const KvPages& b) {
+  a.fp += b.fp;
+  a.history += b.history;
+}
+bool fits(const KvPages& need, const KvPages& planned, const KvPages& free) {
+  return need.fp + planned.fp <= free.fp && need.history + planned.history <= free.history;
+}
+KvPages minus(const KvPages& a, const KvPages& b) {
+  return {std::max<int64_t>(0, a.fp - b.fp), std::max<int64_t>(0, a.history - b.history)};
+}
+}  // namespace
+
+Scheduler::Active::Active(std::shared_ptr<RequestState> r, uint64_t o)
+    : req(std::move(r)), order(o), tokens(req->input.prompt), sampler(req->input.sampling), stop(req->input.stop) {}
+
+Scheduler::Scheduler(engine::Runner& runner, const Tokenizer& tokenizer, SchedulerConfig config, Metrics& metrics)
+    : runner_(runner), tokenizer_(tokenizer), config_(config), metrics_(metrics) {
+  OSCAR_CHECK(config_.max_seqs > 0 && config_.step_tokens > 0 && config_.ctx > 1, "bad scheduler config");
+  publish();
+}
+
+Scheduler::~Scheduler() { stop(); }
+
+void Scheduler::start() { thread_ = std::thread([this] { loop(); }); }
+
+bool Scheduler::submit(std::shared_ptr<RequestState> r) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!accepting_) return false;
+    incoming_.push_back(std::move(r));
+  }
+  cv_.notify_all();
+  return true;
+}
+
+void Scheduler::close_admission() {
+  std::lock_guard<std::mutex> lock(mu_);
+  accepting_ = false;
+}
+
+bool Scheduler::idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return incoming_.empty() && !busy_;
+}
+
+void Scheduler::cancel_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& r : incoming_) r->cancel();
+  cancel_requested_ = true;
+  cv_.notify_all();
+}
+
+void Scheduler::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    accepting_ = false;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::loop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Idle: wait for work; busy: a short look at the flags between steps.
+      cv_.wait_for(lock, std::chrono::milliseconds(busy_ ? 0 : 50),
+                   [&] { return stop_ || cancel_requested_ || !incoming_.empty(); });
+      if (stop_) break;
+      if (cancel_requested_) {
+        for (auto& a : waiting_) a->req->cancel();
+        for (auto& a : running_) a->req->cancel();
+        cancel_requested_ = false;
+      }
+    }
+    intake();
+    reap_cancelled();
+    if (schedule()) run_step();
+    remove_finished();
+    publish();
+  }
+  // Shutting down: whatever is left ends now, its pages freed.
+  intake();
+  for (auto& a : waiting_) finish(*a, "cancelled");
+  for (auto& a : running_) finish(*a, "cancelled");
+  remove_finished();
+  publish();
+}
+
+void Scheduler::intake() {
+  std::vector<std::shared_ptr<RequestState>> got;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    got.swap(incoming_);
+  }
+  for (auto& r : got) {
+    auto a = std::make_unique<Active>(std::move(r), next_order_++);
+    if (a->tokens.empty() || int64_t(a->tokens.size()) >= config_.ctx) {
+      finish(*a, "error", fmt::format("prompt has {} tokens; the context is {}", a->tokens.size(), config_.ctx));
+      done_.push_back(std::move(a));
+      continue;
+    }
+    waiting_.push_back(std::move(a));
+  }
+}
+
+void Scheduler::reap_cancelled() {
+  for (auto& a : waiting_)
+    if (a && a->req->cancelled()) finish(*a, "cancelled");
+  for (auto& a : running_)
+    if (a && a->req->cancelled()) finish(*a, "cancelled");
+  remove_finished();
+}
+
+void Scheduler::preempt(Active& a) {
+  runner_.free_sequence(a.seq);
+  a.seq = -1;
+  a.cached = 0;
+  metrics_.count_preemption();
+}
+
+bool Scheduler::schedule() {
+  batch_.clear();
+  parts_.clear();
+  std::sort(running_.begin(), running_.end(), [](const auto& x, const auto& y) { return x->order < y->order; });
+  // 1. Every decoding sequence takes one token. When their pages do not fit, the newest
+  //    running sequence goes back to the queue (recomputed later), until they do.
+  while (true) {
+    KvPages need;
+    for (auto& a : running_)
+      if (a->pending() == 1) add_pages(need, runner_.append_need(a->seq, 1));
+    if (fits(need, {}, runner_.free_pages()) || running_.size() <= 1) break;
+    std::unique_ptr<Active> newest = std::move(running_.back());
+    running_.pop_back();
+    preempt(*newest);
+    auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) { return w->order > newest->order; });
+    waiting_.insert(pos, std::move(newest));
+  }
+  const KvPages free = runner_.free_pages();
+  KvPages planned;
+  int64_t budget = config_.step_tokens;
+  for (auto& a : running_)
+    if (a->pending() == 1) {
+      add_pages(planned, runner_.append_need(a->seq, 1));
+      parts_.push_back({a.get(), 1});
+      --budget;
+    }
+  // 2. Prefilling sequences, oldest first, in chunks under the budget. What they still
+  //    need to reach the end of their prompts is held back from admission below.
+  KvPages outstanding;
+  for (auto& a : running_) {
+    if (a->pending() <= 1) continue;
+    const int64_t n = std::min(a->pending(), std::max<int64_t>(budget, 0));
+    if (n > 0) {
+      const KvPages need = runner_.append_need(a->seq, n);
+      if (fits(need, planned, free)) {
+        add_pages(planned, need);
+        parts_.push_back({a.get(), n});
+        budget -= n;
+      }
+    }
+    add_pages(outstanding, minus(runner_.pages_for_length(int64_t(a->tokens.size())), runner_.pages_for_length(a->cached)));
+  }
+  // 3. Admission, first come first served, by the exact pages of the whole prompt.
+  while (!waiting_.empty() && budget > 0 && int64_t(running_.size()) < config_.max_seqs) {
+    Active& a = *waiting_.front();
+    KvPages reserved = planned;
+    add_pages(reserved, outstanding);
+    if (!fits(runner_.pages_for_length(int64_t(a.tokens.size()) + 1), reserved, free)) break;
+    a.seq = runner_.add_sequence();
+    const int64_t n = std::min(a.pending(), budget);
+    const KvPages need = runner_.append_need(a.seq, n);
+    add_pages(planned, need);
+    add_pages(outstanding, minus(runner_.pages_for_length(int64_t(a.tokens.size())), need));
+    parts_.push_back({&a, n});
+    budget -= n;
+    if (!a.prompt_counted) {
+      metrics_.add_prompt_tokens(int64_t(a.req->input.prompt.size()));
+      a.prompt_counted = true;
+    }
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  running_max_ = std::max<int64_t>(running_max_, int64_t(running_.size()));
+  // 4. Nothing fits although sequences are prefilling: the newest gives its pages back.
+  if (parts_.empty() && running_.size() > 1) {
+    std::unique_ptr<Active> newest = std::move(running_.back());
+    running_.pop_back();
+    preempt(*newest);
+    waiting_.push_front(std::move(newest));
+  }
+  for (const Part& p : parts_) batch_.add(p.a->seq, p.a->cached, std::span<const int32_t>(p.a->tokens).subspan(size_t(p.a->cached), size_t(p.n)));
+  return !parts_.empty();
+}
+
+void Scheduler::run_step() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = true;
+  }
+  try {
+    runner_.run(batch_, logits_);
+  } catch (const std::exception& e) {
+    // Not expected (pages were checked); fail this step's requests, keep serving the rest.
+    for (const Part& p : parts_) finish(*p.a, "error", fmt::format("engine step failed: {}", e.what()));
+    return;
+  }
+  const int32_t n_vocab = runner_.n_vocab();
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    Active& a = *parts_[i].a;
+    a.cached += parts_[i].n;
+    if (a.pending() == 0) postprocess(a, logits_.data() + i * size_t(n_vocab));
+  }
+}
+
+TokenLogprob Scheduler::logprob_of(const float* logits, int32_t id, int top) const {
+  const int32_t n = runner_.n_vocab();
+  const float mx = *std::max_element(logits, logits + n);
+  double sum = 0.0;
+  for (int32_t j = 0; j < n; ++j) sum += std::exp(double(logits[j]) - mx);
+  const double lse = double(mx) + std::log(sum);
+  TokenLogprob lp;
+  lp.token = tokenizer_.token_to_piece(id);
+  lp.logprob = float(double(logits[id]) - lse);
+  if (top > 0) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    std::iota(ids.begin(), ids.end(), 0);
+    const int k = std::min(top, n);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t x, int32_t y) {
+      return logits[x] > logits[y] || (logits[x] == logits[y] && x < y);
+    });
+    for (int j = 0; j < k; ++j)
+      lp.top.emplace_back(tokenizer_.token_to_piece(ids[size_t(j)]), float(double(logits[ids[size_t(j)]]) - lse));
+  }
+  return lp;
+}
+
+void Scheduler::postprocess(Active& a, const float* logits) {
+  const int32_t n_vocab = runner_.n_vocab();
+  const int32_t id = a.sampler.sample(std::span<const float>(logits, size_t(n_vocab)), a.tokens);
+  if (tokenizer_.is_eog(id)) {
+    finish(a, "stop");
+    return;
+  }
+  a.tokens.push_back(id);
+  ++a.generated;
+  metrics_.add_generated_tokens(1);
+  std::optional<TokenLogprob> lp;
+  if (a.req->input.logprobs) lp = logprob_of(logits, id, a.req->input.top_logprobs);
+  const StopMatcher::Result r = a.stop.push(tokenizer_.token_to_piece(id));
+  std::string text = a.utf8.push(r.emit);
+  if (r.stopped) {
+    a.req->append(text + a.utf8.flush(), lp ? &*lp : nullptr, a.generated);
+    finish(a, "stop");
+    return;
+  }
+  a.req->append(text, lp ? &*lp : nullptr, a.generated);
+  if (a.generated >= a.req->input.max_new_tokens || int64_t(a.tokens.size()) >= config_.ctx) finish(a, "length");
+}
+
+void Scheduler::finish(Active& a, const std::string& reason, const std::string& error) {
+  if (a.seq >= 0) {
+    runner_.free_sequence(a.seq);
+    a.seq = -1;
+  }
+  std::string reason_out = reason;
+  if (reason == "stop" || reason == "length") {
+    std::string tail = a.stop.flush();
+    tail = a.utf8.push(tail) + a.utf8.flush();
+    if (a.stop.stopped()) reason_out = "stop";
+    if (!tail.empty()) a.req->append(tail, nullptr, a.generated);
+  }
+  Usage u;
+  u.prompt_tokens = int64_t(a.req->input.prompt.size());
+  u.completion_tokens = a.generated;
+  a.req->finish(reason_out, u, error);
+  a.req.reset();  // marks it for remove_finished
+}
+
+void Scheduler::remove_finished() {
+  auto gone = [](const std::unique_ptr<Active>& a) { return !a->req; };
+  running_.erase(std::remove_if(running_.begin(), running_.end(), gone), running_.end());
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), gone), waiting_.end());
+  done_.clear();
+}
+
+void Scheduler::publish() {
+  EngineSnapshot s;
+  s.waiting = int64_t(waiting_.size());
+  s.running = int64_t(running_.size());
+  s.running_max = running_max_;
+  s.kv = runner_.usage();
+  s.page_bytes = runner_.page_bytes();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s.waiting += int64_t(incoming_.size());
+    busy_ = !waiting_.empty() || !running_.empty();
+  }
+  metrics_.set_engine(s);
+}
+
+}  // namespace oscar::serve
