@@ -23,6 +23,7 @@ apt_pins=(
   libopenblas-dev=0.3.21+ds-4 liblapacke-dev=3.11.0-2 libeigen3-dev=3.4.0-4
   nlohmann-json3-dev=3.11.2-2 libcli11-dev=2.1.2+ds-1 libfmt-dev=9.1.0+ds1-2
   libpcre2-dev=10.42-1+deb12u2 libzip-dev=1.7.3-1+b1 libcpp-httplib-dev=0.11.4+ds-1+deb12u1
+  libssl-dev=3.0.19-1~deb12u2
   libgtest-dev=1.12.1-0.2 libgmock-dev=1.12.1-0.2 libbenchmark-dev=1.7.1-1
 )
 need_apt=0

@@ -31,7 +31,21 @@ struct ServeOptions {
   int step_tokens = 512;
   int http_threads = 0;     // 0: 4 per sequence + 16
   double shutdown_timeout = 30;
+  bool no_prefix_cache = false;
 };
+
+// What, besides the KV format the cache adds itself, makes equal tokens give other pages:
+// the model and the rotations (by path, size and modification time).
+std::string prefix_salt(const ModelOptions& m) {
+  auto stamp = [](const std::string& path) {
+    std::error_code ec;
+    if (path.empty() || !std::filesystem::exists(path, ec)) return std::string("-");
+    const auto t = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
+    const auto size = std::filesystem::is_regular_file(path, ec) ? std::filesystem::file_size(path, ec) : 0;
+    return fmt::format("{}:{}:{}", std::filesystem::absolute(path, ec).string(), size, t);
+  };
+  return fmt::format("model {}|rotations {}|kv-layers {}", stamp(m.model), stamp(m.rotations), m.kv_layers.value_or(""));
+}
 
 // Blocks SIGTERM and SIGINT in this thread and every thread it starts, so that only
 // sigwait() below sees them.
@@ -100,6 +114,17 @@ int serve(const ServeOptions& o) {
   print_plan(plan, *m.transformer, o, ctx);
   CpuRunner runner(*m.transformer, m.transformer->make_cache(plan.pages));
   fmt::print(stderr, "engine: {}\n", runner.describe());
+  if (o.no_prefix_cache) {
+    fmt::print(stderr, "prefix cache: off (--no-prefix-cache)\n");
+  } else {
+    try {
+      runner.cache().enable_prefix_cache(prefix_salt(o.model));
+      fmt::print(stderr, "prefix cache: on (whole pages of {} tokens, shared read-only, evicted LRU)\n",
+                 m.transformer->kv_spec().block_tokens);
+    } catch (const Error& e) {
+      fmt::print(stderr, "prefix cache: off ({})\n", e.what());
+    }
+  }
   serve::Scheduler scheduler(runner, *m.tokenizer, serve::SchedulerConfig{o.max_seqs, o.step_tokens, ctx}, metrics);
   scheduler.start();
   http.set_model(serve::ServedModel{&scheduler, m.tokenizer.get(), m.chat_template, m.default_system, ctx});
@@ -144,6 +169,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--http-threads", o->http_threads, "HTTP worker threads (0: 4 per sequence + 16)")->check(CLI::Range(0, 4096));
   cmd->add_option("--shutdown-timeout", o->shutdown_timeout, "seconds SIGTERM waits for running requests")
       ->check(CLI::Range(0.0, 3600.0));
+  cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "do not share the pages of repeated prompt prefixes");
   cmd->callback([o] { serve(*o); });
 }
 

@@ -820,8 +820,12 @@ def prefix_cache_check(srv: Server):
     for which, cached, u in (("first", ca, ua), ("second", cb, ub)):
         check(isinstance(cached, int) and 0 <= cached <= u.get("prompt_tokens", 0),
               f"{which}: cached_tokens {cached!r} (prompt_tokens {u.get('prompt_tokens')})")
-    if q[1] is None or h[1] is None:
-        note("/metrics has no oscar_prefix_cache_queries_total / oscar_prefix_cache_hits_total")
+    # The second request must be a hit (whole pages, at least one token left to compute),
+    # and equal to the miss above.
+    pt = ub.get("prompt_tokens", 0)
+    check(isinstance(cb, int) and cb >= pt - 16 and cb % 16 == 0,
+          f"second request: cached_tokens {cb!r}, wanted the prompt's whole pages (prompt_tokens {pt})")
+    check(None not in q + h and h[1] - h[0] >= cb // 16, f"prefix cache hits {h} / queries {q} do not show the hit")
 
 
 def test_prefix_cache_bf16():

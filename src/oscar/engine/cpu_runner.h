@@ -21,6 +21,9 @@ class CpuRunner final : public Runner {
   KvPages total_pages() const override { return cache_.total_pages(); }
   KvPageBytes page_bytes() const override { return {cache_.fp_page_bytes(), cache_.history_page_bytes()}; }
   KvSegmentUsage usage() const override { return cache_.segment_usage(); }
+  int64_t attach_prefix(SeqId seq, std::span<const int32_t> tokens) override { return cache_.attach_prefix(seq, tokens); }
+  void register_prefix(SeqId seq, std::span<const int32_t> tokens) override { cache_.register_prefix(seq, tokens); }
+  PrefixCacheStats prefix_stats() const override { return cache_.prefix_stats(); }
   void run(const Batch& batch, std::vector<float>& logits) override;
 
   KvCache& cache() { return cache_; }

@@ -3,6 +3,7 @@
 // what is free) and run(batch), one forward step over several sequences.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,12 @@ class Runner {
   virtual KvPages total_pages() const = 0;
   virtual KvPageBytes page_bytes() const = 0;
   virtual KvSegmentUsage usage() const = 0;
+  // Prefix cache (KvCache's contract): share the longest cached prefix of `tokens` with an
+  // empty sequence (returns the tokens it now holds; 0: a miss), and offer a sequence's
+  // whole pages over tokens[0, its length) for later requests.
+  virtual int64_t attach_prefix(SeqId seq, std::span<const int32_t> tokens) = 0;
+  virtual void register_prefix(SeqId seq, std::span<const int32_t> tokens) = 0;
+  virtual PrefixCacheStats prefix_stats() const = 0;
   bool can_append(SeqId seq, int64_t n) const {
     const KvPages need = append_need(seq, n), free = free_pages();
     return need.fp <= free.fp && need.history <= free.history;

@@ -4,7 +4,7 @@
 
 namespace oscar {
 
-BlockAllocator::BlockAllocator(int32_t n_blocks) : owned_(size_t(n_blocks), 0) {
+BlockAllocator::BlockAllocator(int32_t n_blocks) : refs_(size_t(n_blocks), 0) {
   OSCAR_CHECK(n_blocks >= 0, "negative block count {}", n_blocks);
   free_.reserve(size_t(n_blocks));
   for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
@@ -14,15 +14,20 @@ int32_t BlockAllocator::allocate() {
   if (free_.empty()) fail("KV cache is full: all {} pages are in use", n_blocks());
   const int32_t b = free_.back();
   free_.pop_back();
-  owned_[size_t(b)] = 1;
+  refs_[size_t(b)] = 1;
   return b;
+}
+
+void BlockAllocator::retain(int32_t block) {
+  OSCAR_CHECK(block >= 0 && block < n_blocks(), "block {} out of range [0, {})", block, n_blocks());
+  OSCAR_CHECK(refs_[size_t(block)] > 0, "block {} retained while free", block);
+  ++refs_[size_t(block)];
 }
 
 void BlockAllocator::release(int32_t block) {
   OSCAR_CHECK(block >= 0 && block < n_blocks(), "block {} out of range [0, {})", block, n_blocks());
-  OSCAR_CHECK(owned_[size_t(block)] == 1, "block {} released twice", block);
-  owned_[size_t(block)] = 0;
-  free_.push_back(block);
+  OSCAR_CHECK(refs_[size_t(block)] > 0, "block {} released twice", block);
+  if (--refs_[size_t(block)] == 0) free_.push_back(block);
 }
 
 }  // namespace oscar

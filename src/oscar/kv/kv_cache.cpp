@@ -174,13 +174,14 @@ KvPages KvCache::reserve_need(SeqId seq, int64_t n) const {
 }
 
 bool KvCache::can_reserve(SeqId seq, int64_t n) const {
-  const KvPages need = reserve_need(seq, n);
-  return need.fp <= fp_alloc_.n_free() && need.history <= q_alloc_.n_free();
+  const KvPages need = reserve_need(seq, n), free = free_pages();
+  return need.fp <= free.fp && need.history <= free.history;
 }
 
 bool KvCache::reserve(SeqId seq, int64_t n) {
   if (!can_reserve(seq, n)) return false;
   const KvPages need = reserve_need(seq, n);
+  if (!evict_for(need)) return false;
   Sequence& s = seq_ref(seq);
   for (int64_t i = 0; i < need.fp; ++i) s.blocks.push_back(fp_alloc_.allocate());
   for (int64_t i = 0; i < need.history; ++i) s.q_blocks.push_back(q_alloc_.allocate());
@@ -211,10 +212,23 @@ KvPages KvCache::pages_for_length(int64_t t) const {
 KvSegmentUsage KvCache::segment_usage() const {
   KvSegmentUsage u;
   const int64_t sink_pages = ceil_div(spec_.quantized() ? spec_.sink : 0, spec_.block_tokens);
+  std::vector<uint8_t> fp_seen(size_t(fp_alloc_.n_blocks())), q_seen(size_t(q_alloc_.n_blocks()));
   for (const auto& [id, s] : seqs_) {
-    for (size_t b = 0; b < s.blocks.size(); ++b)
-      if (s.blocks[b] >= 0) (int64_t(b) < sink_pages ? u.sink_pages : u.recent_pages) += 1;
-    u.history_pages += int64_t(s.q_blocks.size());
+    for (size_t b = 0; b < s.blocks.size(); ++b) {
+      const int32_t p = s.blocks[b];
+      if (p < 0 || fp_seen[size_t(p)]) continue;
+      fp_seen[size_t(p)] = 1;
+      (int64_t(b) < sink_pages ? u.sink_pages : u.recent_pages) += 1;
+    }
+    for (int32_t p : s.q_blocks)
+      if (!q_seen[size_t(p)]) {
+        q_seen[size_t(p)] = 1;
+        ++u.history_pages;
+      }
+  }
+  for (const auto& [key, e] : prefix_) {
+    if (e.fp >= 0 && !fp_seen[size_t(e.fp)]) fp_seen[size_t(e.fp)] = 1, ++u.cached_fp_pages;
+    if (e.history >= 0 && !q_seen[size_t(e.history)]) q_seen[size_t(e.history)] = 1, ++u.cached_history_pages;
   }
   u.fp_free_pages = fp_alloc_.n_free();
   u.history_free_pages = q_alloc_.n_free();

@@ -7,8 +7,12 @@
 // A step runs, per layer: write(new rows) → demote(rows now history) → attention; then
 // commit() advances the length and releases fp pages whose tokens are all history.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <map>
+#include <span>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "oscar/kv/block_allocator.h"
@@ -59,10 +63,18 @@ struct KvPages {
   int64_t history = 0;
 };
 
-// Pages in use by segment (an fp page holding any sink token counts as sink) and free per pool.
+// Pages in use by segment (an fp page holding any sink token counts as sink; a page shared
+// by several sequences counts once), pages held only by the prefix cache, and free pages.
 struct KvSegmentUsage {
   int64_t sink_pages = 0, recent_pages = 0, history_pages = 0;
+  int64_t cached_fp_pages = 0, cached_history_pages = 0;  // evictable: no sequence holds them
   int64_t fp_free_pages = 0, history_free_pages = 0;
+};
+
+struct PrefixCacheStats {
+  int64_t queries = 0;  // full prompt blocks looked up
+  int64_t hits = 0;     // of them attached from the cache
+  int64_t entries = 0;
 };
 
 class KvCache {
@@ -112,11 +124,29 @@ class KvCache {
   double bits_per_element(SeqId seq) const;
   int64_t bytes_allocated() const;       // both pools
   int64_t history_tokens(SeqId seq) const;
+  // Prefix cache over whole pages (block_tokens tokens). A block is keyed by a SHA-256
+  // chain: SHA-256(parent key ‖ salt ‖ its token ids), the salt naming the model, KV format
+  // and rotations. An entry holds the block's fp page, its history page, or both, shared
+  // read-only by reference count; pages held only by the cache are evicted LRU when a
+  // reserve needs them (free_pages() counts them as free). A hit at P tokens needs, for
+  // the new sequence's windows at length P: fp pages for the sink and for [h(P), P), and
+  // history pages for [S, h(P)) (docs/server.md). Off unless enabled; refused for KIVI
+  // and for windows that are not whole pages.
+  void enable_prefix_cache(std::string_view salt);
+  bool prefix_cache_enabled() const { return prefix_on_; }
+  // Attaches the longest usable cached prefix of `tokens` (whole pages, leaving at least one
+  // token to compute) to an empty sequence; returns the tokens attached (0: a miss).
+  int64_t attach_prefix(SeqId seq, std::span<const int32_t> tokens);
+  // Offers the sequence's full pages over tokens[0, min(size, length)) to the cache.
+  void register_prefix(SeqId seq, std::span<const int32_t> tokens);
+  PrefixCacheStats prefix_stats() const;
+
   // Page geometry and accounting for admission and metrics.
   int64_t fp_page_bytes() const;       // one fp page, every layer, K and V
   int64_t history_page_bytes() const;  // one history page, every layer, K and V (0: no history)
   KvPages total_pages() const { return {fp_alloc_.n_blocks(), q_alloc_.n_blocks()}; }
-  KvPages free_pages() const { return {fp_alloc_.n_free(), q_alloc_.n_free()}; }
+  // Free pages, counting those only the prefix cache holds (a reserve evicts them).
+  KvPages free_pages() const;
   // Pages a sequence of length t holds once committed (fp pages of history tokens released).
   KvPages pages_for_length(int64_t t) const;
   KvSegmentUsage segment_usage() const;
@@ -134,6 +164,17 @@ class KvCache {
   int64_t q_block_bytes(bool key, int layer) const;
   int history_block_tokens() const;
   void allocate_pools();
+  using PrefixKey = std::array<uint8_t, 32>;
+  struct PrefixKeyHash {
+    size_t operator()(const PrefixKey& k) const;
+  };
+  struct PrefixEntry {
+    int32_t fp = -1, history = -1;  // pages held by the cache for this block (−1: none)
+    uint64_t used = 0;              // LRU clock
+  };
+  std::vector<PrefixKey> prefix_keys(std::span<const int32_t> tokens, int64_t n_blocks) const;
+  KvPages evictable_pages() const;
+  bool evict_for(const KvPages& need);  // frees cache-only pages until `need` fits; false: cannot
   void release_all(Sequence& s);
 
   KvShape shape_;
@@ -144,6 +185,11 @@ class KvCache {
   std::vector<std::vector<uint8_t>> qk_, qv_;  // history pools per layer
   std::map<SeqId, Sequence> seqs_;
   SeqId next_id_ = 0;
+  bool prefix_on_ = false;
+  PrefixKey prefix_salt_{};
+  std::unordered_map<PrefixKey, PrefixEntry, PrefixKeyHash> prefix_;
+  uint64_t prefix_clock_ = 0;
+  int64_t prefix_queries_ = 0, prefix_hits_ = 0;
 };
 
 }  // namespace oscar

@@ -64,6 +64,12 @@ std::string Metrics::render() const {
     out += fmt::format("oscar_kv_pages_used{{segment=\"{}\"}} {}\n", name, pages_bytes.first);
     out += fmt::format("oscar_kv_bytes_used{{segment=\"{}\"}} {}\n", name, pages_bytes.first * pages_bytes.second);
   }
+  head("oscar_kv_pages_cached", "gauge", "KV pages only the prefix cache holds (evicted LRU when needed), by pool");
+  head("oscar_kv_bytes_cached", "gauge", "KV bytes only the prefix cache holds, by pool");
+  out += fmt::format("oscar_kv_pages_cached{{pool=\"fp\"}} {}\n", kv.cached_fp_pages);
+  out += fmt::format("oscar_kv_bytes_cached{{pool=\"fp\"}} {}\n", kv.cached_fp_pages * pb.fp);
+  out += fmt::format("oscar_kv_pages_cached{{pool=\"history\"}} {}\n", kv.cached_history_pages);
+  out += fmt::format("oscar_kv_bytes_cached{{pool=\"history\"}} {}\n", kv.cached_history_pages * pb.history);
   head("oscar_kv_pages_free", "gauge", "free KV pages, by pool");
   head("oscar_kv_bytes_free", "gauge", "free KV bytes, by pool");
   out += fmt::format("oscar_kv_pages_free{{pool=\"fp\"}} {}\n", kv.fp_free_pages);

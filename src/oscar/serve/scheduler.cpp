@@ -175,22 +175,32 @@ bool Scheduler::schedule() {
     }
     add_pages(outstanding, minus(runner_.pages_for_length(int64_t(a->tokens.size())), runner_.pages_for_length(a->cached)));
   }
-  // 3. Admission, first come first served, by the exact pages of the whole prompt.
+  // 3. Admission, first come first served, by the exact pages of the whole prompt (less
+  //    what the prefix cache already holds of it).
   while (!waiting_.empty() && budget > 0 && int64_t(running_.size()) < config_.max_seqs) {
     Active& a = *waiting_.front();
+    a.seq = runner_.add_sequence();
+    const int64_t hit = runner_.attach_prefix(a.seq, a.tokens);
     KvPages reserved = planned;
     add_pages(reserved, outstanding);
-    if (!fits(runner_.pages_for_length(int64_t(a.tokens.size()) + 1), reserved, free)) break;
-    a.seq = runner_.add_sequence();
+    const int64_t T = int64_t(a.tokens.size());
+    if (!fits(minus(runner_.pages_for_length(T + 1), runner_.pages_for_length(hit)), reserved, runner_.free_pages())) {
+      runner_.free_sequence(a.seq);
+      a.seq = -1;
+      break;
+    }
+    a.cached = hit;
     const int64_t n = std::min(a.pending(), budget);
     const KvPages need = runner_.append_need(a.seq, n);
     add_pages(planned, need);
-    add_pages(outstanding, minus(runner_.pages_for_length(int64_t(a.tokens.size())), need));
+    add_pages(outstanding, minus(minus(runner_.pages_for_length(T), runner_.pages_for_length(hit)), need));
     parts_.push_back({&a, n});
     budget -= n;
     if (!a.prompt_counted) {
       metrics_.add_prompt_tokens(int64_t(a.req->input.prompt.size()));
       a.prompt_counted = true;
+      a.cached_tokens = std::min<int64_t>(hit, int64_t(a.req->input.prompt.size()));
+      a.req->set_cached_tokens(a.cached_tokens);
     }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
@@ -223,6 +233,10 @@ void Scheduler::run_step() {
   for (size_t i = 0; i < parts_.size(); ++i) {
     Active& a = *parts_[i].a;
     a.cached += parts_[i].n;
+    if (!a.registered && a.cached >= int64_t(a.req->input.prompt.size())) {
+      runner_.register_prefix(a.seq, a.req->input.prompt);  // the prompt's pages, for later requests
+      a.registered = true;
+    }
     if (a.pending() == 0) postprocess(a, logits_.data() + i * size_t(n_vocab));
   }
 }
@@ -287,6 +301,7 @@ void Scheduler::finish(Active& a, const std::string& reason, const std::string& 
   Usage u;
   u.prompt_tokens = int64_t(a.req->input.prompt.size());
   u.completion_tokens = a.generated;
+  u.cached_tokens = a.cached_tokens;
   a.req->finish(reason_out, u, error);
   a.req.reset();  // marks it for remove_finished
 }
@@ -305,6 +320,9 @@ void Scheduler::publish() {
   s.running_max = running_max_;
   s.kv = runner_.usage();
   s.page_bytes = runner_.page_bytes();
+  const PrefixCacheStats ps = runner_.prefix_stats();
+  s.prefix_queries = ps.queries;
+  s.prefix_hits = ps.hits;
   {
     std::lock_guard<std::mutex> lock(mu_);
     s.waiting += int64_t(incoming_.size());

@@ -61,6 +61,8 @@ class Scheduler {
     int64_t cached = 0;            // tokens in the KV cache
     int64_t generated = 0;
     bool prompt_counted = false;
+    bool registered = false;       // its prompt's pages offered to the prefix cache
+    int64_t cached_tokens = 0;     // prompt tokens the prefix cache supplied (first admission)
     Sampler sampler;
     StopMatcher stop;
     Utf8Stream utf8;
