@@ -14,6 +14,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here/.."
 source scripts/env.sh
 invoked="bench/serve_cpu.sh $*"
+load_at_start="$(cut -d' ' -f1-3 /proc/loadavg)"  # 1, 5, 15 min: the numbers mean little on a busy machine
 
 smoke=0
 out=bench/results/serve_cpu_smollm2.json
@@ -180,20 +181,23 @@ for kv in f16 q8_0; do
 done
 
 # 4. The run's settings into the results file, and the table.
-plan_lines="$(cat "$log_dir"/oscar-*.log | grep -E '^(KV bytes per token|KV cache:)' || true)"
+plan_lines="$(cd "$log_dir" && grep -HE '^(KV bytes per token|KV cache:)|llama_kv_cache: size =' oscar-*.log llama.cpp-*.log |
+  sed 's|\.log:|: |' || true)"
 for name in "${!server_cmds[@]}"; do printf '%s\t%s\n' "$name" "${server_cmds[$name]}"; done >"$log_dir/cmds.tsv"
 "$py" - "$out" "$invoked" "$kv_mem_mib" "$budget_tokens" "$ctx" "$llama_ctx" "$rot" "$rot_how" "$peer_version" \
-  "$peer_note" "$log_dir/cmds.tsv" "$plan_lines" "$smoke" <<'PY'
+  "$peer_note" "$log_dir/cmds.tsv" "$plan_lines" "$smoke" "$load_at_start" <<'PY'
 import json, os, sys
 (out, invoked, kv_mem, budget_tokens, ctx, llama_ctx, rot, rot_how, peer_version, peer_note, cmds_path,
- plan_lines, smoke) = sys.argv[1:]
+ plan_lines, smoke, load_at_start) = sys.argv[1:]
 home = os.path.expanduser("~")
 doc = json.load(open(out))
 doc["command"] = invoked
 doc["smoke"] = smoke == "1"
 doc["threads"] = 2
+doc["load_avg_at_start"] = load_at_start
 doc["kv_budget"] = {"oscar_kv_mem_mib": float(kv_mem), "bf16_tokens": int(budget_tokens), "oscar_ctx": int(ctx),
-                    "llama_cpp_n_ctx": int(llama_ctx), "oscar_plan": plan_lines.replace(home, "~").splitlines()}
+                    "llama_cpp_n_ctx": int(llama_ctx), "llama_cpp_n_ctx_note": "llama.cpp pads n_ctx up to a multiple of 256",
+                    "plans": plan_lines.replace(home, "~").splitlines()}
 doc["rotations"] = {"dir": rot.replace(home, "~"), "how": rot_how}
 doc["peer"] = {"package": f"llama-cpp-python=={peer_version}", "requirements": "bench/peer_requirements.txt",
                "note": "llama-cpp-python's server serves one request at a time (one Llama object behind a lock): "
@@ -218,3 +222,4 @@ for r in doc["rows"]:
     print("| " + " | ".join("" if r.get(c) is None else str(r.get(c)) for c in cols) + " |")
 print(f"\nwritten: {out}")
 PY
+echo "server logs: $log_dir" >&2

@@ -119,6 +119,8 @@ class MetricsPoller(threading.Thread):
     def run(self):
         while not self.stop_event.is_set():
             v = self.read().get("oscar_requests_running")
+            if v is None and self.running_max is None:
+                return  # no such gauge (llama.cpp): polling a 404 ten times a second only costs the server CPU
             if v is not None:
                 self.running_max = max(self.running_max or 0, int(v))
             self.stop_event.wait(0.1)
@@ -272,7 +274,7 @@ def main(argv):
         shown = ["***" if i and argv[i - 1] == "--api-key" else a for i, a in enumerate(argv)]
         shown = [re.sub(r"^(--api-key=).*", r"\1***", a) for a in shown]
         append_row(args.out, row, shlex.join([os.path.relpath(os.path.abspath(__file__), REPO)] + shown))
-    return 0
+    return 0 if row["completed"] else 1  # the row is written either way; a run with no answer fails
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@
 #include "oscar/engine/kv_budget.h"
 #include "oscar/model/weight_source.h"
 #include "oscar/serve/http_server.h"
+#if OSCAR_WITH_CUDA
+#include "oscar/cuda_engine/device_runner.h"
+#endif
 
 namespace oscar::cli {
 
@@ -61,17 +64,17 @@ sigset_t block_stop_signals() {
 // What can be refused without reading the weights: the device, the KV format, the
 // architecture and head_dim.
 void check_before_loading(const ServeOptions& o) {
-  if (o.model.device == "cuda")
-    fail("serve --device cuda: the GPU runner is not in the server yet; serve on the CPU (--device cpu), or use "
-         "`oscar run --device cuda` for one prompt");
+  check_device(o.model.device);  // a CUDA build with a GPU, or a clear refusal
   const KvSpec kv = kv_spec_from(o.model);
   auto src = open_weight_source(o.model.model);
   const ModelConfig& c = src->config();
   kv.validate_layers(c.n_layers);
   if (kv.quantized() && kv.group > c.head_dim && o.model.kv_group)
     fail("--kv-group {} is larger than the model's head_dim {}", kv.group, c.head_dim);
-  fmt::print(stderr, "serve: {} ({}), {} layers, {} KV heads × head_dim {}, KV '{}' on the CPU\n", c.name,
-             arch_name(c.arch), c.n_layers, c.n_kv_heads, c.head_dim, kv.name());
+  if (o.model.device == "cuda" && c.head_dim != 64 && c.head_dim != 128)
+    fail("serve --device cuda: head_dim {} is not supported by the CUDA kernels (64 or 128)", c.head_dim);
+  fmt::print(stderr, "serve: {} ({}), {} layers, {} KV heads × head_dim {}, KV '{}' on the {}\n", c.name,
+             arch_name(c.arch), c.n_layers, c.n_kv_heads, c.head_dim, kv.name(), o.model.device == "cuda" ? "GPU" : "CPU");
 }
 
 void print_plan(const engine::KvPlan& plan, const Transformer& t, const ServeOptions& o, int64_t ctx) {
@@ -109,23 +112,37 @@ int serve(const ServeOptions& o) {
 
   LoadedModel m = load_model(o.model);
   const int64_t ctx = engine::context_limit(o.model, m.transformer->config());
-  const engine::KvPlan plan = engine::plan_kv_cache(*m.transformer, int64_t(o.kv_mem_mib * 1024 * 1024), o.max_seqs,
-                                                    ctx, o.step_tokens);
-  print_plan(plan, *m.transformer, o, ctx);
-  CpuRunner runner(*m.transformer, m.transformer->make_cache(plan.pages));
-  fmt::print(stderr, "engine: {}\n", runner.describe());
-  if (o.no_prefix_cache) {
-    fmt::print(stderr, "prefix cache: off (--no-prefix-cache)\n");
+  const int64_t budget = int64_t(o.kv_mem_mib * 1024 * 1024);
+  std::unique_ptr<engine::Runner> runner;
+  if (o.model.device == "cuda") {
+#if OSCAR_WITH_CUDA
+    const DeviceKvPlan plan = plan_device_kv(*m.transformer, budget, o.max_seqs, ctx);
+    fmt::print(stderr, "KV bytes per token on the GPU: fp {:.1f}, history {:.1f}; pages: {} fp ({} B each), {} history "
+                       "({} B each); {} for up to {} sequences of {} tokens, {} fit at once\n",
+               double(plan.fp_page_bytes) / 16.0, double(plan.hist_page_bytes) / 64.0, plan.fp_pages, plan.fp_page_bytes,
+               plan.hist_pages, plan.hist_page_bytes, format_bytes(plan.bytes), o.max_seqs, ctx, plan.seqs_at_ctx);
+    runner = std::make_unique<DeviceRunner>(*m.transformer, plan, o.max_seqs, ctx);
+    fmt::print(stderr, "prefix cache: off on the GPU (not implemented there yet)\n");
+#endif
   } else {
-    try {
-      runner.cache().enable_prefix_cache(prefix_salt(o.model));
-      fmt::print(stderr, "prefix cache: on (whole pages of {} tokens, shared read-only, evicted LRU)\n",
-                 m.transformer->kv_spec().block_tokens);
-    } catch (const Error& e) {
-      fmt::print(stderr, "prefix cache: off ({})\n", e.what());
+    const engine::KvPlan plan = engine::plan_kv_cache(*m.transformer, budget, o.max_seqs, ctx, o.step_tokens);
+    print_plan(plan, *m.transformer, o, ctx);
+    auto cpu = std::make_unique<CpuRunner>(*m.transformer, m.transformer->make_cache(plan.pages));
+    if (o.no_prefix_cache) {
+      fmt::print(stderr, "prefix cache: off (--no-prefix-cache)\n");
+    } else {
+      try {
+        cpu->cache().enable_prefix_cache(prefix_salt(o.model));
+        fmt::print(stderr, "prefix cache: on (whole pages of {} tokens, shared read-only, evicted LRU)\n",
+                   m.transformer->kv_spec().block_tokens);
+      } catch (const Error& e) {
+        fmt::print(stderr, "prefix cache: off ({})\n", e.what());
+      }
     }
+    runner = std::move(cpu);
   }
-  serve::Scheduler scheduler(runner, *m.tokenizer, serve::SchedulerConfig{o.max_seqs, o.step_tokens, ctx}, metrics);
+  fmt::print(stderr, "engine: {}\n", runner->describe());
+  serve::Scheduler scheduler(*runner, *m.tokenizer, serve::SchedulerConfig{o.max_seqs, o.step_tokens, ctx}, metrics);
   scheduler.start();
   http.set_model(serve::ServedModel{&scheduler, m.tokenizer.get(), m.chat_template, m.default_system, ctx});
   fmt::print(stderr, "serve: listening on http://{}:{} (model '{}', {})\n", o.host, port, sc.model_name,
@@ -155,7 +172,7 @@ void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
   add_model_options(*cmd, o->model);
-  cmd->add_option("--device", o->model.device, "where the model runs: cpu (cuda: not in the server yet)")
+  cmd->add_option("--device", o->model.device, "where the model runs: cpu, or cuda (the GPU backend)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--host", o->host, "address to listen on (default: loopback only)");
   cmd->add_option("--port", o->port, "port (0: any free port)")->check(CLI::Range(0, 65535));

@@ -272,6 +272,36 @@ void DeviceKvCache::begin_tokens(int slot, int64_t n) {
   }
 }
 
+DeviceKvCache::Pages DeviceKvCache::append_need(int slot, int64_t n) const {
+  check_slot(slot, "DeviceKvCache::append_need");
+  const int64_t t0 = length_[size_t(slot)];
+  Pages need;
+  if (n <= 0) return need;
+  for (int64_t i = t0 / kPage; i <= (t0 + n - 1) / kPage && i < fp_stride_; ++i)
+    if (h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)] < 0) ++need.fp;
+  if (fmt_.any_history()) {
+    const int64_t r0 = history_end(t0), r1 = history_end(t0 + n);
+    if (r1 > r0)
+      for (int64_t i = (r0 - fmt_.sink) / kHistPage; i <= (r1 - 1 - fmt_.sink) / kHistPage && i < hist_stride_; ++i)
+        if (h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t(i)] < 0) ++need.hist;
+  }
+  return need;
+}
+
+int DeviceKvCache::hist_page_tokens() const { return kHistPage; }
+
+void DeviceKvCache::segment_pages(int64_t* sink, int64_t* recent, int64_t* hist) const {
+  *sink = *recent = *hist = 0;
+  const int64_t sink_pages = fmt_.any_history() ? ceil_div(fmt_.sink, kPage) : 0;
+  for (int s = 0; s < limits_.max_seqs; ++s) {
+    if (!active_[size_t(s)]) continue;
+    for (int64_t i = 0; i < fp_stride_; ++i)
+      if (h_fp_table_[size_t(s) * size_t(fp_stride_) + size_t(i)] >= 0) ++(i < sink_pages ? *sink : *recent);
+    for (int64_t i = 0; i < hist_stride_; ++i)
+      if (h_hist_table_[size_t(s) * size_t(hist_stride_) + size_t(i)] >= 0) ++*hist;
+  }
+}
+
 void DeviceKvCache::end_tokens(int slot, int64_t n) {
   check_slot(slot, "DeviceKvCache::end_tokens");
   const int64_t t0 = length_[size_t(slot)];

@@ -85,6 +85,21 @@ class DeviceKvCache {
   size_t bytes_in_use() const;   // pages in use now, all layers, K and V
   size_t bytes_reserved() const { return mem_.bytes(); }
 
+  // Accounting for a scheduler: the pages begin_tokens(slot, n) would take now, the pages a
+  // sequence holds at length t (as begin_tokens / end_tokens leave it), what is free and in
+  // all, page sizes, and the pages in use by segment (an fp page holding a sink token is sink).
+  struct Pages {
+    int64_t fp = 0, hist = 0;
+  };
+  Pages append_need(int slot, int64_t n) const;
+  Pages pages_for_length(int64_t t) const { return {fp_pages_for_length(t), hist_pages_for_length(t)}; }
+  Pages free_pages() const { return {int64_t(free_fp_.size()), int64_t(free_hist_.size())}; }
+  Pages total_pages() const { return {limits_.fp_pages, limits_.hist_pages}; }
+  size_t fp_page_bytes() const;    // one page of every layer, K and V
+  size_t hist_page_bytes() const;  // likewise (0 when no layer has history)
+  int hist_page_tokens() const;    // tokens per history page (64)
+  void segment_pages(int64_t* sink, int64_t* recent, int64_t* hist) const;
+
   // Benchmarks: gives the empty `slot` the pages of a sequence of length t and fills them with random
   // BF16 rows and random history rows (codes, fp16 scale and zero in range); sets its length.
   void synthesize(int slot, int64_t t, uint64_t seed, cudaStream_t stream);
@@ -105,8 +120,6 @@ class DeviceKvCache {
  private:
   void check_slot(int slot, const char* what) const;
   void set_entry(bool hist, int slot, int64_t i, int32_t page);
-  size_t fp_page_bytes() const;    // one page of every layer, K and V
-  size_t hist_page_bytes() const;  // likewise (0 when no layer has history)
   int64_t fp_pages_for_length(int64_t t) const;
   int64_t hist_pages_for_length(int64_t t) const;
 

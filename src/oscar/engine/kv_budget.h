@@ -1,7 +1,8 @@
 // Sizing a server's KV cache from a byte budget: how many pages of each pool, and how
 // many sequences of a given length fit. A quantized cache keeps only the sink and the
-// recent window of each sequence in fp pages, so its fp pool is sized for max_seqs such
-// windows plus one step's prefill tokens, and the rest of the budget becomes history pages.
+// recent window of each sequence in fp pages, so its fp pool is sized for as many such
+// windows as the budget holds whole sequences (at most max_seqs) plus a few transient
+// pages, and the rest of the budget becomes history pages.
 #pragma once
 #include <cstdint>
 

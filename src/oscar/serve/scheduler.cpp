@@ -164,14 +164,11 @@ bool Scheduler::schedule() {
   KvPages outstanding;
   for (auto& a : running_) {
     if (a->pending() <= 1) continue;
-    const int64_t n = std::min(a->pending(), std::max<int64_t>(budget, 0));
+    const int64_t n = largest_chunk(*a, std::min(a->pending(), std::max<int64_t>(budget, 0)), planned, free);
     if (n > 0) {
-      const KvPages need = runner_.append_need(a->seq, n);
-      if (fits(need, planned, free)) {
-        add_pages(planned, need);
-        parts_.push_back({a.get(), n});
-        budget -= n;
-      }
+      add_pages(planned, runner_.append_need(a->seq, n));
+      parts_.push_back({a.get(), n});
+      budget -= n;
     }
     add_pages(outstanding, minus(runner_.pages_for_length(int64_t(a->tokens.size())), runner_.pages_for_length(a->cached)));
   }
@@ -190,7 +187,13 @@ bool Scheduler::schedule() {
       break;
     }
     a.cached = hit;
-    const int64_t n = std::min(a.pending(), budget);
+    const int64_t n = largest_chunk(a, std::min(a.pending(), budget), planned, runner_.free_pages());
+    if (n <= 0) {
+      runner_.free_sequence(a.seq);
+      a.seq = -1;
+      a.cached = 0;
+      break;
+    }
     const KvPages need = runner_.append_need(a.seq, n);
     add_pages(planned, need);
     add_pages(outstanding, minus(minus(runner_.pages_for_length(T), runner_.pages_for_length(hit)), need));
@@ -215,6 +218,16 @@ bool Scheduler::schedule() {
   }
   for (const Part& p : parts_) batch_.add(p.a->seq, p.a->cached, std::span<const int32_t>(p.a->tokens).subspan(size_t(p.a->cached), size_t(p.n)));
   return !parts_.empty();
+}
+
+int64_t Scheduler::largest_chunk(const Active& a, int64_t n, const KvPages& planned, const KvPages& free) const {
+  // The longest chunk of at most n tokens whose pages fit beside what the step has planned;
+  // shorter by whole pages, so that a tight fp pool slows a prefill instead of stopping it.
+  while (n > 0 && !fits(runner_.append_need(a.seq, n), planned, free)) {
+    const int64_t step = n % 16 == 0 ? 16 : n % 16;
+    n -= step;
+  }
+  return n;
 }
 
 void Scheduler::run_step() {

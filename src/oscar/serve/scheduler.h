@@ -78,6 +78,7 @@ class Scheduler {
   void intake();
   void reap_cancelled();
   bool schedule();  // fills batch_/parts_; false: nothing can run
+  int64_t largest_chunk(const Active& a, int64_t n, const KvPages& planned, const KvPages& free) const;
   void run_step();
   void postprocess(Active& a, const float* logits);
   void finish(Active& a, const std::string& reason, const std::string& error = "");

@@ -1,0 +1,187 @@
+#include "oscar/cuda_engine/device_runner.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "oscar/core/error.h"
+#include "oscar/cuda/decode_attention.h"
+#include "oscar/cuda_engine/device_model_loader.h"
+
+namespace oscar {
+
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// DeviceModel and its cache report trouble as std::runtime_error; the engine's one error
+// type is oscar::Error.
+template <typename F>
+auto device_call(const char* what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail("{}: {}", what, e.what());
+  }
+}
+
+// The device cache's page geometry for t's format (device_kv_cache.cu's rules).
+struct Geometry {
+  int64_t fp_page_bytes = 0, hist_page_bytes = 0, sink = 0, window = 0;
+  bool history = false, keep_fp = false;
+  int64_t fp_pages_for(int64_t t) const {
+    if (keep_fp || !history) return ceil_div(t, 16);
+    const int64_t h = sink + std::max<int64_t>(0, t - sink - window);
+    return ceil_div(t, 16) - std::max<int64_t>(0, h / 16 - ceil_div(sink, 16));
+  }
+  int64_t hist_pages_for(int64_t t) const {
+    if (!history) return 0;
+    const int64_t h = sink + std::max<int64_t>(0, t + 1 - sink - window);
+    return ceil_div(std::max<int64_t>(0, h - sink), 64);
+  }
+};
+
+Geometry geometry(const Transformer& t, const cuda::KvFormat& f) {
+  const ModelConfig& c = t.config();
+  Geometry g;
+  g.fp_page_bytes = int64_t(c.n_layers) * 2 * c.n_kv_heads * 16 * c.head_dim * 2;
+  int64_t row = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const int b = f.bits[size_t(l)];
+    if (b != 0) row += 2 * int64_t(cuda::decode_quant_row_bytes(c.head_dim, b, f.group));
+  }
+  g.hist_page_bytes = row * c.n_kv_heads * 64;
+  g.sink = f.sink;
+  g.window = f.window;
+  g.history = f.any_history();
+  g.keep_fp = f.any_bf16_layer();
+  return g;
+}
+}  // namespace
+
+DeviceKvPlan plan_device_kv(const Transformer& t, int64_t budget_bytes, int max_seqs, int64_t ctx) {
+  const cuda::KvFormat f = device_kv_format(t);
+  const Geometry g = geometry(t, f);
+  DeviceKvPlan p;
+  p.fp_page_bytes = g.fp_page_bytes;
+  p.hist_page_bytes = g.hist_page_bytes;
+  int64_t fp_per_seq = 0;
+  for (int64_t n = 1; n <= ctx; ++n) fp_per_seq = std::max(fp_per_seq, g.fp_pages_for(n));
+  fp_per_seq += 1;  // a step's new page comes before the released one goes
+  const int64_t hist_per_seq = g.hist_pages_for(ctx);
+  const int64_t transient = 1024 / 16 + 3;  // one prefill launch of 1024 tokens holds its pages
+  const int64_t seq_bytes = fp_per_seq * g.fp_page_bytes + hist_per_seq * g.hist_page_bytes;
+  if (budget_bytes <= 0) budget_bytes = max_seqs * seq_bytes + transient * g.fp_page_bytes;
+  const int64_t n = std::clamp<int64_t>((budget_bytes - transient * g.fp_page_bytes) / seq_bytes, 0, max_seqs);
+  if (n < 1)
+    fail("a KV budget of {:.1f} MiB cannot hold one sequence of {} tokens on the GPU ({:.1f} MiB): raise --kv-mem or "
+         "lower -c", double(budget_bytes) / (1 << 20), ctx, double(seq_bytes + transient * g.fp_page_bytes) / (1 << 20));
+  if (!g.history) {
+    p.fp_pages = budget_bytes / g.fp_page_bytes;
+  } else {  // fp pages for n sequences' windows (all their tokens where a layer keeps BF16), the rest history
+    p.fp_pages = n * fp_per_seq + transient;
+    p.hist_pages = (budget_bytes - p.fp_pages * g.fp_page_bytes) / g.hist_page_bytes;
+  }
+  p.bytes = p.fp_pages * g.fp_page_bytes + p.hist_pages * g.hist_page_bytes;
+  p.seqs_at_ctx = std::min<int64_t>((p.fp_pages - (g.history ? transient : 0)) / fp_per_seq,
+                                    hist_per_seq > 0 ? p.hist_pages / hist_per_seq : INT64_MAX);
+  return p;
+}
+
+DeviceRunner::DeviceRunner(const Transformer& t, const DeviceKvPlan& plan, int max_seqs, int64_t ctx)
+    : n_vocab_(t.config().n_vocab), kv_name_(t.kv_spec().name()) {
+  cuda::KvCacheLimits limits;
+  limits.max_seqs = max_seqs;
+  limits.max_seq_len = ctx;
+  limits.fp_pages = plan.fp_pages;
+  limits.hist_pages = plan.hist_pages;
+  dm_ = device_call("--device cuda", [&] {
+    return std::make_unique<cuda::DeviceModel>(device_host_model(t), device_kv_format(t), limits);
+  });
+}
+
+std::string DeviceRunner::describe() const {
+  cudaDeviceProp prop{};
+  int dev = 0;
+  const bool named = cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess;
+  return fmt::format("cuda ({}): BF16 weights {:.2f} GiB, cuBLAS products; KV '{}': decode attention split-KV "
+                     "(quantized history on tensor cores), one graph per batch size; prefill one sequence at a time",
+                     named ? prop.name : "GPU", double(dm_->weight_bytes()) / (1 << 30), kv_name_);
+}
+
+SeqId DeviceRunner::add_sequence() {
+  return device_call("add_sequence", [&] { return SeqId(dm_->cache().add_sequence()); });
+}
+
+void DeviceRunner::free_sequence(SeqId seq) {
+  device_call("free_sequence", [&] { dm_->cache().remove_sequence(int(seq)); });
+}
+
+int64_t DeviceRunner::length(SeqId seq) const { return dm_->cache().length(int(seq)); }
+
+KvPages DeviceRunner::append_need(SeqId seq, int64_t n) const {
+  const auto p = dm_->cache().append_need(int(seq), n);
+  return {p.fp, p.hist};
+}
+
+KvPages DeviceRunner::pages_for_length(int64_t t) const {
+  const auto p = dm_->cache().pages_for_length(t);
+  return {p.fp, p.hist};
+}
+
+KvPages DeviceRunner::free_pages() const {
+  const auto p = dm_->cache().free_pages();
+  return {p.fp, p.hist};
+}
+
+KvPages DeviceRunner::total_pages() const {
+  const auto p = dm_->cache().total_pages();
+  return {p.fp, p.hist};
+}
+
+engine::KvPageBytes DeviceRunner::page_bytes() const {
+  return {int64_t(dm_->cache().fp_page_bytes()), int64_t(dm_->cache().hist_page_bytes())};
+}
+
+KvSegmentUsage DeviceRunner::usage() const {
+  KvSegmentUsage u;
+  dm_->cache().segment_pages(&u.sink_pages, &u.recent_pages, &u.history_pages);
+  const auto f = dm_->cache().free_pages();
+  u.fp_free_pages = f.fp;
+  u.history_free_pages = f.hist;
+  return u;
+}
+
+void DeviceRunner::run(const engine::Batch& batch, std::vector<float>& logits) {
+  OSCAR_CHECK(batch.n_seqs() > 0, "empty batch");
+  const size_t V = size_t(n_vocab_);
+  logits.assign(size_t(batch.n_seqs()) * V, 0.0f);
+  std::vector<int> slots, rows;
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < batch.n_seqs(); ++i) {
+    const int slot = int(batch.seq_ids[size_t(i)]);
+    OSCAR_CHECK(batch.positions[size_t(i)] == length(slot), "sequence {}: batch position {} but length {}", slot,
+                batch.positions[size_t(i)], length(slot));
+    const std::span<const int32_t> t = batch.tokens_of(i);
+    if (t.size() == 1) {
+      slots.push_back(slot);
+      tokens.push_back(t[0]);
+      rows.push_back(i);
+      continue;
+    }
+    // A prefill chunk: its own launches, then the last token's logits.
+    device_call("prefill", [&] { dm_->prefill(slot, std::vector<int32_t>(t.begin(), t.end())); });
+    const std::vector<float> l = device_call("prefill", [&] { return dm_->download_logits(1); });
+    std::copy(l.begin(), l.end(), logits.begin() + long(size_t(i) * V));
+  }
+  if (slots.empty()) return;
+  device_call("decode step", [&] { dm_->step(slots, tokens, /*use_graph=*/true); });
+  const std::vector<float> l = device_call("decode step", [&] { return dm_->download_logits(int(slots.size())); });
+  for (size_t k = 0; k < rows.size(); ++k)
+    std::copy(l.begin() + long(k * V), l.begin() + long((k + 1) * V), logits.begin() + long(size_t(rows[k]) * V));
+}
+
+}  // namespace oscar

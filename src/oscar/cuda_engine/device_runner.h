@@ -1,0 +1,56 @@
+// Runner on the GPU: a configured Transformer's weights and KV format uploaded as a
+// cuda::DeviceModel, its page pools sized from a byte budget. Prefill chunks run one
+// sequence at a time (DeviceModel::prefill); the decoding sequences of a step run as one
+// DeviceModel::step, through a CUDA graph per batch size and key bucket. The prefix cache
+// is not on the device yet (every lookup misses). Built only with CUDA.
+#pragma once
+#include <memory>
+
+#include "oscar/cuda/device_model.h"
+#include "oscar/engine/runner.h"
+#include "oscar/model/transformer.h"
+
+namespace oscar {
+
+struct DeviceKvPlan {
+  int64_t fp_pages = 0, hist_pages = 0;
+  int64_t fp_page_bytes = 0, hist_page_bytes = 0;
+  int64_t fp_page_tokens = 16, hist_page_tokens = 64;
+  int64_t bytes = 0;
+  int64_t seqs_at_ctx = 0;  // sequences of ctx tokens that fit at once
+};
+
+// Splits budget_bytes (≤ 0: room for max_seqs sequences of ctx tokens) between the fp and
+// history pools of the device cache, as engine::plan_kv_cache does for the CPU cache.
+// Throws oscar::Error when one sequence of ctx tokens does not fit.
+DeviceKvPlan plan_device_kv(const Transformer& t, int64_t budget_bytes, int max_seqs, int64_t ctx);
+
+class DeviceRunner final : public engine::Runner {
+ public:
+  DeviceRunner(const Transformer& t, const DeviceKvPlan& plan, int max_seqs, int64_t ctx);
+
+  int32_t n_vocab() const override { return n_vocab_; }
+  std::string describe() const override;
+  SeqId add_sequence() override;
+  void free_sequence(SeqId seq) override;
+  int64_t length(SeqId seq) const override;
+  KvPages append_need(SeqId seq, int64_t n) const override;
+  KvPages pages_for_length(int64_t t) const override;
+  KvPages free_pages() const override;
+  KvPages total_pages() const override;
+  engine::KvPageBytes page_bytes() const override;
+  KvSegmentUsage usage() const override;
+  int64_t attach_prefix(SeqId, std::span<const int32_t>) override { return 0; }
+  void register_prefix(SeqId, std::span<const int32_t>) override {}
+  PrefixCacheStats prefix_stats() const override { return {}; }
+  void run(const engine::Batch& batch, std::vector<float>& logits) override;
+
+  size_t weight_bytes() const { return dm_->weight_bytes(); }
+
+ private:
+  std::unique_ptr<cuda::DeviceModel> dm_;
+  int32_t n_vocab_ = 0;
+  std::string kv_name_;
+};
+
+}  // namespace oscar
