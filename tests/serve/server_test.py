@@ -135,7 +135,7 @@ class Server:
     def cmd(self) -> list[str]:
         return [ARGS.oscar, "serve", "-m", ARGS.model, "--host", "127.0.0.1", "--port", "0",
                 "--api-key", API_KEY, "--model-name", MODEL_NAME, "-t", str(THREADS),
-                "-c", str(CTX), "--max-seqs", str(MAX_SEQS)] + self.extra_args
+                "-c", str(CTX), "--max-seqs", str(MAX_SEQS), "--device", ARGS.device] + self.extra_args
 
     def log_text(self) -> str:
         try:
@@ -436,7 +436,7 @@ def oscar_run(prompt: str, n: int, kv_args: list[str]):
     with os.fdopen(fd, "wb") as f:
         f.write(prompt.encode("utf-8"))
     cmd = [ARGS.oscar, "run", "-m", ARGS.model, "-f", path, "-n", str(n), "--temp", "0", "--no-display-prompt",
-           "-t", str(THREADS), "-c", str(CTX)] + kv_args
+           "-t", str(THREADS), "-c", str(CTX), "--device", ARGS.device] + kv_args
     p = subprocess.run(cmd, capture_output=True, timeout=600)
     err = p.stderr.decode("utf-8", "replace")
     check(p.returncode == 0, f"oscar run exited {p.returncode}: {err[-1500:]}")
@@ -1094,6 +1094,8 @@ def main() -> int:
     ap.add_argument("--eval-text", default=os.environ.get("OSCAR_EVAL_TEXT", ""),
                     help="text the prompts are cut from (default $OSCAR_EVAL_TEXT, else the calib text)")
     ap.add_argument("--only", default="", help="comma-separated test names (with or without test_)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="where `oscar serve` and the reference `oscar run` compute (cuda: the GPU backend)")
     ap.add_argument("-v", "--verbose", action="store_true")
     ARGS = ap.parse_args()
     VERBOSE = ARGS.verbose

@@ -29,10 +29,11 @@ KvPlan plan_kv_cache(const Transformer& model, int64_t budget_bytes, int max_seq
   plan.history_page_bytes = probe.history_page_bytes();
   plan.per_seq = per_sequence(probe, ctx);
   const int64_t block = probe.spec().block_tokens;
-  // Transient fp pages: each decoding sequence may open a page before commit releases one,
-  // and a prefill chunk is written in fp before it is demoted. The scheduler shrinks a
-  // chunk to the pages that are free, so a few pages for it suffice (128 tokens at most).
-  const int64_t transient = ceil_div(std::min<int64_t>(step_tokens, 128), block) + 1 + max_seqs;
+  // A decoding sequence may open its next page before commit releases its oldest window
+  // page: one more each. And a prefill chunk is written in fp before it is demoted; the
+  // scheduler shrinks a chunk to the free pages, so a few pages for it suffice.
+  if (probe.spec().quantized()) plan.per_seq.fp += 1;
+  const int64_t transient = ceil_div(std::min<int64_t>(step_tokens, 128), block) + 1;
   const bool quantized = plan.history_page_bytes > 0;
   if (budget_bytes <= 0)
     budget_bytes = (int64_t(max_seqs) * plan.per_seq.fp + transient) * plan.fp_page_bytes +
