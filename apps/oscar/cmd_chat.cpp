@@ -62,7 +62,7 @@ int chat(const ChatOptions& o) {
     // delta carry it (and the end-of-turn marker) into the cache.
     rendered = full + m.tokenizer->decode(std::span<const int32_t>(reply_ids.data(), reply_ids.empty() ? 0 : reply_ids.size() - 1), true);
   }
-  print_kv_memory(cache, seq);
+  print_kv_memory(runner, seq, m.transformer->kv_spec().name());
   return 0;
 }
 }  // namespace

@@ -116,10 +116,7 @@ int niah(const NiahOptions& o) {
              fmt::join(o.depths, ","), o.trials, kv_name, prompt_format.chat == ChatTemplateKind::none ? "raw prompt" : "chat template");
 
   // One cache for every trial: room for the longest prompt and the answer.
-  const bool on_gpu = o.model.device == "cuda";
-  const PromptGenerateFn gpu_generate = on_gpu ? device_prompt_generate(m, max_len + 16) : PromptGenerateFn();
-  KvCache cache = m.transformer->make_cache(on_gpu ? 1 : max_len + 16);
-  const SeqId seq = cache.add_sequence();
+  const std::unique_ptr<engine::Runner> runner = make_runner(m, o.model.device, 1, max_len + 16);
   std::vector<std::vector<Cell>> grid(lengths.size(), std::vector<Cell>(o.depths.size()));
   for (size_t li = 0; li < lengths.size(); ++li) {
     for (size_t di = 0; di < o.depths.size(); ++di) {
@@ -131,9 +128,9 @@ int niah(const NiahOptions& o) {
         std::mt19937_64 rng = cell_rng(o.seed, cell.length, cell.depth, t);
         const NiahNeedle needle = random_needle(rng);
         const NiahPrompt p = build_niah_prompt(*m.tokenizer, hay, needle, cell.depth, cell.length, prompt_format);
-        cache.clear_sequence(seq);
-        const NiahGeneration g = on_gpu ? gpu_generate(p.ids, kMaxNew)
-                                        : niah_generate(*m.transformer, *m.tokenizer, cache, seq, p.ids, kMaxNew);
+        const SeqId seq = runner->add_sequence();
+        const NiahGeneration g = niah_generate(*runner, *m.tokenizer, seq, p.ids, kMaxNew);
+        runner->free_sequence(seq);
         const bool ok = niah_correct(g.text, needle.value);
         const int64_t n = int64_t(p.ids.size());
         cell.min_tokens = t == 0 ? n : std::min(cell.min_tokens, n);

@@ -43,9 +43,8 @@ int run(RunOptions o) {
   const int n_ctx = std::min(o.model.ctx, m.transformer->config().n_ctx_train > 0 ? m.transformer->config().n_ctx_train : o.model.ctx);
   if (int64_t(prompt.size()) >= n_ctx) fail("prompt has {} tokens, more than the context size {} (-c)", prompt.size(), n_ctx);
   const int64_t capacity = std::min<int64_t>(n_ctx, int64_t(prompt.size()) + o.n_predict);
-  const bool on_gpu = o.model.device == "cuda";
-  CpuRunner runner(*m.transformer, m.transformer->make_cache(on_gpu ? 1 : capacity));
-  const SeqId seq = runner.add_sequence();
+  const std::unique_ptr<engine::Runner> runner = make_runner(m, o.model.device, 1, capacity);
+  const SeqId seq = runner->add_sequence();
   Sampler sampler(o.sampler);
 
   if (!o.no_display_prompt && !o.chat) fmt::print("{}", o.prompt);
@@ -57,13 +56,12 @@ int run(RunOptions o) {
     std::fflush(stdout);
     return true;
   };
-  const GenerationStats st = on_gpu ? generate_on_device(m, capacity, prompt, o.n_predict, sampler, print_token)
-                                    : engine::generate(runner, *m.tokenizer, seq, prompt, o.n_predict, sampler, print_token);
+  const GenerationStats st = engine::generate(*runner, *m.tokenizer, seq, prompt, o.n_predict, sampler, print_token);
   fmt::print("{}\n", out.flush());
   fmt::print(stderr, "\nprompt: {} tokens in {:.2f} s ({:.1f} tokens/s); generation: {} tokens in {:.2f} s ({:.1f} tokens/s)\n",
              st.n_prompt, st.prompt_seconds, double(st.n_prompt) / std::max(st.prompt_seconds, 1e-9), st.n_generated,
              st.generate_seconds, double(st.n_generated) / std::max(st.generate_seconds, 1e-9));
-  if (!on_gpu) print_kv_memory(runner.cache(), seq);
+  print_kv_memory(*runner, seq, m.transformer->kv_spec().name());
   return 0;
 }
 }  // namespace

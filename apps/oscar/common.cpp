@@ -82,15 +82,14 @@ std::string format_bytes(int64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
-void print_kv_memory(const KvCache& cache, SeqId seq) {
-  const KvShape& s = cache.shape();
-  const int64_t n = cache.length(seq);
+void print_kv_memory(const engine::Runner& runner, SeqId seq, const std::string& kv_name) {
+  const KvShape s = runner.kv_shape();
+  const int64_t n = runner.length(seq);
   const int64_t bf16_bytes = 2LL * 2 * s.n_layers * s.n_kv_heads * s.head_dim * n;
-  const int64_t used = cache.bytes_used(seq);
-  fmt::print(stderr,
-             "KV cache ({}): {} tokens ({} history), {} at {:.2f} bits/element; BF16 KV would hold {}: {:.2f}x less\n",
-             cache.spec().name(), n, cache.history_tokens(seq), format_bytes(used), cache.bits_per_element(seq),
-             format_bytes(bf16_bytes), used ? double(bf16_bytes) / double(used) : 1.0);
+  const int64_t used = runner.kv_bytes(seq);
+  const double bits = n ? 8.0 * double(used) / (2.0 * s.n_layers * s.n_kv_heads * s.head_dim * double(n)) : 16.0;
+  fmt::print(stderr, "KV cache ({}): {} tokens, {} at {:.2f} bits/element; BF16 KV would hold {}: {:.2f}x less\n",
+             kv_name, n, format_bytes(used), bits, format_bytes(bf16_bytes), used ? double(bf16_bytes) / double(used) : 1.0);
 }
 
 }  // namespace oscar::cli

@@ -46,7 +46,8 @@ std::string read_text_file(const std::string& path, std::string_view what = "");
 void write_json_file(const std::string& path, const nlohmann::json& j);
 
 std::string format_bytes(int64_t bytes);
-void print_kv_memory(const KvCache& cache, SeqId seq);
+// The KV memory line `run` and `chat` end with: bytes, bits per element, and against BF16.
+void print_kv_memory(const engine::Runner& runner, SeqId seq, const std::string& kv_name);
 
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

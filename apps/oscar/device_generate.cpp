@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "oscar/cuda_engine/device_model_loader.h"
+#include "oscar/cuda_engine/device_runner.h"
 #endif
 
 namespace oscar::cli {
@@ -49,51 +50,15 @@ std::shared_ptr<cuda::DeviceModel> make_device_model(LoadedModel& m, int64_t cap
 
 }  // namespace
 
-GenerationStats generate_on_device(LoadedModel& m, int64_t capacity, const std::vector<int32_t>& prompt,
-                                   int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token) {
-  GenerationStats st;
-  const std::shared_ptr<cuda::DeviceModel> dm = make_device_model(m, capacity);
-  const int slot = dm->cache().add_sequence();
-  const SamplerParams& sp = sampler.params();
-  const bool greedy = sp.temperature <= 0.0f && sp.repeat_penalty == 1.0f;
-  // The GPU draws when the chain needs no history and top-k fits its kernel; otherwise the
-  // host Sampler runs on the downloaded logits.
-  const bool on_device = !greedy && sp.repeat_penalty == 1.0f && sp.top_k >= 1 && sp.top_k <= cuda::kSampleMaxTopK;
-  const cuda::SampleParams dev_params{sp.temperature, sp.top_k, sp.top_p, sp.min_p};
-  std::mt19937_64 rng(sp.seed);
-  std::vector<int32_t> history(prompt);
-  auto t0 = std::chrono::steady_clock::now();
-  dm->prefill(slot, prompt);
-  st.n_prompt = int64_t(prompt.size());
-  auto next = [&]() -> int32_t {
-    if (greedy) return dm->download_next_ids(1)[0];
-    if (on_device) {
-      dm->sample(1, dev_params, {double(rng() >> 11) * 0x1.0p-53});
-      return dm->download_next_ids(1)[0];
-    }
-    const std::vector<float> logits = dm->download_logits(1);
-    return sampler.sample(logits, history);
-  };
-  int32_t id = prompt.empty() ? -1 : next();
-  st.prompt_seconds = seconds_since(t0);
-  t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < n_predict && id >= 0; ++i) {
-    if (m.tokenizer->is_eog(id)) break;
-    ++st.n_generated;
-    history.push_back(id);
-    if (!on_token(id)) break;
-    if (i + 1 == n_predict || dm->cache().length(slot) + 1 > capacity) break;
-    dm->step({slot}, {id}, /*use_graph=*/true);
-    id = next();
-  }
-  st.generate_seconds = seconds_since(t0);
-  const int64_t n = dm->cache().length(slot);
-  const size_t used = dm->cache().bytes_for_length(n), bf16 = dm->cache().bf16_bytes_for_length(n);
-  fmt::print(stderr, "KV cache on the GPU ({}): {} tokens, {} in pages; BF16 KV pages would hold {}: {:.2f}x less\n",
-             m.transformer->kv_spec().name(), n, format_bytes(int64_t(used)), format_bytes(int64_t(bf16)),
-             used ? double(bf16) / double(used) : 1.0);
-  return st;
+std::unique_ptr<engine::Runner> make_runner(LoadedModel& m, const std::string& device, int max_seqs, int64_t capacity) {
+  if (device != "cuda")
+    return std::make_unique<CpuRunner>(*m.transformer, m.transformer->make_cache(int64_t(max_seqs) * capacity));
+  auto r = std::make_unique<DeviceRunner>(*m.transformer, plan_device_kv(*m.transformer, 0, max_seqs, capacity), max_seqs,
+                                          capacity);
+  fmt::print(stderr, "device: {}\n", r->describe());
+  return r;
 }
+
 ChunkLogitsFn device_chunk_logits(LoadedModel& m, int n_ctx) {
   const std::shared_ptr<cuda::DeviceModel> dm = make_device_model(m, n_ctx);
   return [dm](std::span<const int32_t> chunk, int first, std::vector<float>& logits) -> int64_t {
@@ -106,35 +71,6 @@ ChunkLogitsFn device_chunk_logits(LoadedModel& m, int n_ctx) {
     const int64_t bytes = int64_t(dm->cache().bytes_for_length(int64_t(chunk.size())));
     dm->cache().remove_sequence(slot);
     return bytes;
-  };
-}
-PromptGenerateFn device_prompt_generate(LoadedModel& m, int64_t capacity) {
-  const std::shared_ptr<cuda::DeviceModel> dm = make_device_model(m, capacity);
-  const Tokenizer* tok = m.tokenizer.get();
-  const ModelConfig c = m.transformer->config();
-  return [dm, tok, c, capacity](std::span<const int32_t> prompt, int max_new) {
-    if (prompt.empty()) fail("niah: the prompt is empty");
-    NiahGeneration out;
-    const int slot = dm->cache().add_sequence();
-    try {
-      dm->prefill(slot, std::vector<int32_t>(prompt.begin(), prompt.end()));
-      const int64_t n = dm->cache().length(slot);
-      out.kv_bits_per_element =
-          8.0 * double(dm->cache().bytes_for_length(n)) / (2.0 * c.n_layers * c.n_kv_heads * c.head_dim * double(n));
-      for (int i = 0; i < max_new; ++i) {
-        const int32_t id = dm->download_next_ids(1)[0];  // greedy: the first largest logit
-        if (tok->is_eog(id)) break;
-        out.ids.push_back(id);
-        if (i + 1 == max_new || dm->cache().length(slot) + 1 > capacity) break;
-        dm->step({slot}, {id}, /*use_graph=*/true);
-      }
-    } catch (const std::runtime_error& e) {
-      dm->cache().remove_sequence(slot);
-      fail("--device cuda: {}", e.what());
-    }
-    dm->cache().remove_sequence(slot);
-    out.text = tok->decode(out.ids, /*render_control=*/false);
-    return out;
   };
 }
 DeviceBenchFn device_bench(LoadedModel& m, int64_t capacity) {
@@ -165,20 +101,14 @@ DeviceBenchFn device_bench(LoadedModel&, int64_t) {
   return {};
 }
 
-PromptGenerateFn device_prompt_generate(LoadedModel&, int64_t) {
-  check_device("cuda");
-  return {};
-}
-
 ChunkLogitsFn device_chunk_logits(LoadedModel&, int) {
   check_device("cuda");
   return {};
 }
 
-GenerationStats generate_on_device(LoadedModel&, int64_t, const std::vector<int32_t>&, int, Sampler&,
-                                   const std::function<bool(int32_t)>&) {
-  check_device("cuda");
-  return {};
+std::unique_ptr<engine::Runner> make_runner(LoadedModel& m, const std::string& device, int max_seqs, int64_t capacity) {
+  check_device(device);
+  return std::make_unique<CpuRunner>(*m.transformer, m.transformer->make_cache(int64_t(max_seqs) * capacity));
 }
 #endif
 

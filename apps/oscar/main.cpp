@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   oscar::cli::add_niah_command(app);
   oscar::cli::add_eval_kv_command(app);
   oscar::cli::add_serve_command(app);
+  oscar::cli::add_make_model_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -28,6 +29,9 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::bad_alloc&) {
     fmt::print(stderr, "error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {  // e.g. a CUDA error from the GPU backend
+    fmt::print(stderr, "error: {}\n", e.what());
     return 1;
   }
   return 0;

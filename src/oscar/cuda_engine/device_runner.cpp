@@ -92,7 +92,7 @@ DeviceKvPlan plan_device_kv(const Transformer& t, int64_t budget_bytes, int max_
 }
 
 DeviceRunner::DeviceRunner(const Transformer& t, const DeviceKvPlan& plan, int max_seqs, int64_t ctx)
-    : n_vocab_(t.config().n_vocab), kv_name_(t.kv_spec().name()) {
+    : n_vocab_(t.config().n_vocab), shape_(t.kv_shape()), kv_name_(t.kv_spec().name()) {
   cuda::KvCacheLimits limits;
   limits.max_seqs = max_seqs;
   limits.max_seq_len = ctx;

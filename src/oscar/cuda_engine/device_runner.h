@@ -30,6 +30,7 @@ class DeviceRunner final : public engine::Runner {
   DeviceRunner(const Transformer& t, const DeviceKvPlan& plan, int max_seqs, int64_t ctx);
 
   int32_t n_vocab() const override { return n_vocab_; }
+  KvShape kv_shape() const override { return shape_; }
   std::string describe() const override;
   SeqId add_sequence() override;
   void free_sequence(SeqId seq) override;
@@ -40,6 +41,7 @@ class DeviceRunner final : public engine::Runner {
   KvPages total_pages() const override;
   engine::KvPageBytes page_bytes() const override;
   KvSegmentUsage usage() const override;
+  int64_t kv_bytes(SeqId seq) const override { return int64_t(dm_->cache().bytes_for_length(length(seq))); }
   int64_t attach_prefix(SeqId, std::span<const int32_t>) override { return 0; }
   void register_prefix(SeqId, std::span<const int32_t>) override {}
   PrefixCacheStats prefix_stats() const override { return {}; }
@@ -50,6 +52,7 @@ class DeviceRunner final : public engine::Runner {
  private:
   std::unique_ptr<cuda::DeviceModel> dm_;
   int32_t n_vocab_ = 0;
+  KvShape shape_;
   std::string kv_name_;
 };
 

@@ -11,6 +11,7 @@ class CpuRunner final : public Runner {
   CpuRunner(Transformer& model, KvCache cache);
 
   int32_t n_vocab() const override { return model_.config().n_vocab; }
+  KvShape kv_shape() const override { return cache_.shape(); }
   std::string describe() const override;
   SeqId add_sequence() override { return cache_.add_sequence(); }
   void free_sequence(SeqId seq) override { cache_.remove_sequence(seq); }
@@ -21,6 +22,7 @@ class CpuRunner final : public Runner {
   KvPages total_pages() const override { return cache_.total_pages(); }
   KvPageBytes page_bytes() const override { return {cache_.fp_page_bytes(), cache_.history_page_bytes()}; }
   KvSegmentUsage usage() const override { return cache_.segment_usage(); }
+  int64_t kv_bytes(SeqId seq) const override { return cache_.bytes_used(seq); }
   int64_t attach_prefix(SeqId seq, std::span<const int32_t> tokens) override { return cache_.attach_prefix(seq, tokens); }
   void register_prefix(SeqId seq, std::span<const int32_t> tokens) override { cache_.register_prefix(seq, tokens); }
   PrefixCacheStats prefix_stats() const override { return cache_.prefix_stats(); }

@@ -1,5 +1,6 @@
 #include "oscar/engine/generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -12,7 +13,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 GenerationStats generate(Runner& runner, const Tokenizer& tokenizer, SeqId seq, std::span<const int32_t> prompt,
-                         int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token) {
+                         int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token,
+                         int64_t prefill_chunk) {
   GenerationStats st;
   std::vector<float> logits;
   std::vector<int32_t> history(prompt.begin(), prompt.end());
@@ -23,8 +25,10 @@ GenerationStats generate(Runner& runner, const Tokenizer& tokenizer, SeqId seq, 
     runner.run(batch, logits);
   };
   auto t0 = std::chrono::steady_clock::now();
-  if (!prompt.empty()) step(prompt);
+  const size_t chunk = prefill_chunk > 0 ? size_t(prefill_chunk) : std::max<size_t>(prompt.size(), 1);
+  for (size_t at = 0; at < prompt.size(); at += chunk) step(prompt.subspan(at, std::min(chunk, prompt.size() - at)));
   st.n_prompt = int64_t(prompt.size());
+  st.kv_bytes_after_prompt = runner.kv_bytes(seq);
   st.prompt_seconds = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < n_predict; ++i) {

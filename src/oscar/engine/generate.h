@@ -14,12 +14,15 @@ namespace oscar::engine {
 struct GenerationStats {
   int64_t n_prompt = 0, n_generated = 0;
   double prompt_seconds = 0.0, generate_seconds = 0.0;
+  int64_t kv_bytes_after_prompt = 0;  // what the sequence's KV holds once the prompt is in
 };
 
-// Feeds the prompt, then samples up to n_predict tokens, calling on_token for each new
-// one (return false to stop). Stops at an end-of-generation token, which is not passed
-// on, and when the sequence's pages run out.
+// Feeds the prompt (in runs of prefill_chunk tokens, 0: all at once; only the last run's
+// logits are kept, which bounds activation memory at long lengths), then samples up to
+// n_predict tokens, calling on_token for each new one (return false to stop). Stops at an
+// end-of-generation token, which is not passed on, and when the sequence's pages run out.
 GenerationStats generate(Runner& runner, const Tokenizer& tokenizer, SeqId seq, std::span<const int32_t> prompt,
-                         int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token);
+                         int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token,
+                         int64_t prefill_chunk = 0);
 
 }  // namespace oscar::engine

@@ -23,6 +23,7 @@ class Runner {
   virtual ~Runner() = default;
 
   virtual int32_t n_vocab() const = 0;
+  virtual KvShape kv_shape() const = 0;  // layers, KV heads, head_dim
   // Backend, KV format and kernel path, for the start-up report.
   virtual std::string describe() const = 0;
 
@@ -36,6 +37,8 @@ class Runner {
   virtual KvPages total_pages() const = 0;
   virtual KvPageBytes page_bytes() const = 0;
   virtual KvSegmentUsage usage() const = 0;
+  // Bytes of KV data a sequence holds (codes, scales, fp rows), for bits-per-element reports.
+  virtual int64_t kv_bytes(SeqId seq) const = 0;
   // Prefix cache (KvCache's contract): share the longest cached prefix of `tokens` with an
   // empty sequence (returns the tokens it now holds; 0: a miss), and offer a sequence's
   // whole pages over tokens[0, its length) for later requests.

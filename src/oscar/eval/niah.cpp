@@ -7,6 +7,8 @@
 #include <set>
 
 #include "oscar/core/error.h"
+#include "oscar/engine/generate.h"
+#include "oscar/sampling/sampler.h"
 
 namespace oscar {
 
@@ -165,26 +167,20 @@ bool niah_correct(std::string_view generated, std::string_view value) {
   return false;
 }
 
-NiahGeneration niah_generate(Transformer& model, const Tokenizer& tok, KvCache& cache, SeqId seq,
-                             std::span<const int32_t> prompt, int max_new, int prefill_chunk) {
+NiahGeneration niah_generate(engine::Runner& runner, const Tokenizer& tok, SeqId seq, std::span<const int32_t> prompt,
+                             int max_new, int prefill_chunk) {
   OSCAR_CHECK(prefill_chunk > 0, "prefill chunk {}", prefill_chunk);
   if (prompt.empty()) fail("niah: the prompt is empty");
+  SamplerParams greedy;  // the first largest logit
+  greedy.temperature = 0.0f;
+  greedy.repeat_penalty = 1.0f;
+  Sampler sampler(greedy);
   NiahGeneration out;
-  std::vector<float> logits;
-  for (size_t i = 0; i < prompt.size(); i += size_t(prefill_chunk)) {
-    const size_t n = std::min(size_t(prefill_chunk), prompt.size() - i);
-    model.forward(cache, seq, prompt.subspan(i, n), LogitsFor::last, logits);
-  }
-  out.kv_bits_per_element = cache.bits_per_element(seq);
-  for (int i = 0; i < max_new; ++i) {
-    // Greedy: the first largest logit, as argmax() in sampling does.
-    const int32_t id = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    if (tok.is_eog(id)) break;
-    out.ids.push_back(id);
-    if (i + 1 == max_new || cache.length(seq) + 1 > cache.capacity_tokens()) break;
-    const int32_t one[1] = {id};
-    model.forward(cache, seq, one, LogitsFor::last, logits);
-  }
+  const engine::GenerationStats st = engine::generate(
+      runner, tok, seq, prompt, max_new, sampler, [&](int32_t id) { return out.ids.push_back(id), true; }, prefill_chunk);
+  const KvShape shape = runner.kv_shape();
+  out.kv_bits_per_element =
+      8.0 * double(st.kv_bytes_after_prompt) / (2.0 * shape.n_layers * shape.n_kv_heads * shape.head_dim * double(prompt.size()));
   out.text = tok.decode(out.ids, /*render_control=*/false);
   return out;
 }

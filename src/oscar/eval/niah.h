@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "oscar/engine/runner.h"
 #include "oscar/kv/kv_cache.h"
 #include "oscar/model/transformer.h"
 #include "oscar/text/chat_template.h"
@@ -74,7 +75,8 @@ struct NiahGeneration {
 // Appends `prompt` to `seq` in chunks of prefill_chunk tokens (bounded activation memory
 // at long lengths; only the last chunk's logits are kept), then decodes greedily up to
 // max_new tokens, stopping at an end-of-generation token or when the cache is full.
-NiahGeneration niah_generate(Transformer& model, const Tokenizer& tok, KvCache& cache, SeqId seq,
-                             std::span<const int32_t> prompt, int max_new = 12, int prefill_chunk = 512);
+// On any Runner (CPU or GPU), through engine::generate with a greedy sampler.
+NiahGeneration niah_generate(engine::Runner& runner, const Tokenizer& tok, SeqId seq, std::span<const int32_t> prompt,
+                             int max_new = 12, int prefill_chunk = 512);
 
 }  // namespace oscar
