@@ -47,6 +47,9 @@ def parse_args(argv):
     p.add_argument("--prompts-file", default=os.environ.get("OSCAR_EVAL_TEXT", os.path.expanduser("~/.cache/oscar/data/eval.txt")),
                    help="text the prompts are cut from (default $OSCAR_EVAL_TEXT)")
     p.add_argument("--prompt-tokens", type=int, default=1000, help="approximate prompt length (cut at 4 characters a token)")
+    p.add_argument("--token-prompts", type=int, default=0, metavar="VOCAB",
+                   help="send each prompt as --prompt-tokens random token ids in [0, VOCAB) (completions only; "
+                        "for models with random weights, where text means nothing)")
     p.add_argument("--max-tokens", type=int, default=64, help="max_tokens of each request (temperature 0)")
     p.add_argument("--first-prompt", type=int, default=0,
                    help="index of the first prompt slice: runs against one server use disjoint ranges, so that "
@@ -187,7 +190,14 @@ def run_one(client, args, prompt, deadline):
 
 def run_load(args):
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    prompts = cut_prompts(args.prompts_file, args.first_prompt, args.requests, args.prompt_tokens * CHARS_PER_TOKEN)
+    if args.token_prompts > 0:
+        import random
+        prompts = []
+        for i in range(args.first_prompt, args.first_prompt + args.requests):
+            rng = random.Random(1000 + i)  # seeded per prompt: disjoint runs stay disjoint
+            prompts.append([rng.randrange(args.token_prompts) for _ in range(args.prompt_tokens)])
+    else:
+        prompts = cut_prompts(args.prompts_file, args.first_prompt, args.requests, args.prompt_tokens * CHARS_PER_TOKEN)
     poller = MetricsPoller(args.root, headers)
     before = poller.read()
     poller.start()

@@ -14,5 +14,6 @@ void add_rotations_command(CLI::App& app);
 void add_niah_command(CLI::App& app);
 void add_eval_kv_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_make_model_command(CLI::App& app);
 
 }  // namespace oscar::cli

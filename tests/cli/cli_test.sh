@@ -166,5 +166,18 @@ else
   skip=$((skip + 1)); echo "skip model tests: $OSCAR_MODEL missing"
 fi
 
+# make-model: a random model at a named shape loads and generates through the normal path.
+check "make-model --help" 0 "--shape" "$bin" make-model --help
+check "make-model tiny" 0 "wrote .*random tiny" "$bin" make-model --shape tiny -o "$tmp/random_tiny.gguf" --seed 1
+check "run a random tiny model" 0 "tokens/s" "$bin" run -m "$tmp/random_tiny.gguf" -p hi -n 4 --temp 0
+check "run --chat on a random tiny model" 0 "tokens/s" "$bin" run -m "$tmp/random_tiny.gguf" --chat -p hi -n 4 --temp 0
+check "make-model unknown shape" nonzero "error: unknown model shape 'qwen9' \(known: qwen3-8b" \
+  "$bin" make-model --shape qwen9 -o "$tmp/x.gguf"
+check "make-model unwritable output" nonzero "error: cannot create '.*/no/such/dir/x.gguf.tmp'" \
+  "$bin" make-model --shape tiny -o "$tmp/no/such/dir/x.gguf"
+check "make-model onto a directory" nonzero "error: cannot write '.*': it exists and is not a regular file" \
+  "$bin" make-model --shape tiny -o "$tmp"
+check "make-model --vocab too small" nonzero "--vocab" "$bin" make-model --shape tiny -o "$tmp/x.gguf" --vocab 100
+
 echo "$pass passed, $fail failed, $skip skipped"
 [[ $fail == 0 ]]

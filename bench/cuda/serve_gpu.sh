@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# `oscar serve --device cuda` on a GPU machine with no network, from the repo root with
+# .device/ carried (scripts/device_bundle.sh packs the binary built with CUDA, its libraries,
+# the texts and the client wheels). Phases, run one or more:
+#   test   the server test (tests/serve/server_test.py --device cuda) on a SmolLM2-shaped
+#          model with random weights that `oscar make-model` writes here
+#   model  a Qwen3-8B-shaped GGUF with random BF16 weights (/tmp/oscar-qwen3-8b.gguf) and
+#          OSCAR rotations calibrated on it (/tmp/oscar-qwen3-8b-rot)
+#   load   bench/serve_load.py against the server at one KV budget (--kv-mem, default 40 GiB),
+#          32K-token prompts, bf16 then int2-oscar; rows to $OUT/serve_gpu_qwen3_8b.json
+# Environment: OUT (results folder), KV_MEM_MIB (40960), PROMPT_TOKENS (32000), MAX_TOKENS (256),
+# CONC_BF16 / CONC_INT2 (clients: about the sequences each budget admits), OSCAR_COMMIT.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export LD_LIBRARY_PATH="$PWD/.device/lib:${LD_LIBRARY_PATH:-}"
+bin="$PWD/.device/oscar"
+out="${OUT:-/tmp}"
+mkdir -p "$out"
+model=/tmp/oscar-qwen3-8b.gguf
+rot=/tmp/oscar-qwen3-8b-rot
+kv_mem="${KV_MEM_MIB:-40960}"
+prompt_tokens="${PROMPT_TOKENS:-32000}"
+max_tokens="${MAX_TOKENS:-256}"
+ctx=$(( (prompt_tokens + max_tokens + 255) / 256 * 256 ))
+py=python3
+python3 -c "import openai, httpx" 2>/dev/null ||
+  python3 -m pip install -q --no-index --find-links .device/wheels openai==3.57.0 httpx==0.28.1 || exit 1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+
+wait_ready() {  # log file → port, or fail after 600 s
+  local log="$1" pid="$2"
+  for _ in $(seq 1 1200); do
+    if ! kill -0 "$pid" 2>/dev/null; then echo "server exited:" >&2; tail -20 "$log" >&2; return 1; fi
+    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$' || true)
+    if [[ -n "$port" ]]; then echo "$port"; return 0; fi
+    sleep 0.5
+  done
+  echo "server not ready after 600 s" >&2; tail -20 "$log" >&2; return 1
+}
+
+for phase in "$@"; do
+  case "$phase" in
+    test)
+      echo "== server test on the GPU (random SmolLM2-135M shape)"
+      "$bin" make-model --shape smollm2-135m -o /tmp/oscar-smol.gguf || exit 1
+      "$py" tests/serve/server_test.py --oscar "$bin" --model /tmp/oscar-smol.gguf --device cuda \
+        --calib-text .device/data/calib.txt --eval-text .device/data/eval.txt 2>&1 | tee "$out/serve_gpu_test.txt"
+      ;;
+    model)
+      echo "== Qwen3-8B shape, random BF16 weights"
+      t0=$(date +%s)
+      [[ -f "$model" ]] || "$bin" make-model --shape qwen3-8b -o "$model" || exit 1
+      echo "written in $(( $(date +%s) - t0 )) s: $(du -h "$model" | cut -f1)"
+      t0=$(date +%s)
+      [[ -f "$rot/manifest.json" ]] || "$bin" calibrate -m "$model" -f .device/data/calib.txt --tokens 512 --prompts 2 \
+        --no-clip-search -o "$rot" -t "$(nproc)" 2>&1 | tail -3
+      echo "calibrated in $(( $(date +%s) - t0 )) s"
+      ;;
+    load)
+      json="$out/serve_gpu_qwen3_8b.json"
+      for kv in bf16 int2-oscar; do
+        extra=(); conc="${CONC_BF16:-8}"
+        if [[ $kv == int2-oscar ]]; then extra=(--rotations "$rot"); conc="${CONC_INT2:-48}"; fi
+        log="$out/serve_gpu_${kv}.log"
+        t0=$(date +%s)
+        "$bin" serve -m "$model" --device cuda --kv "$kv" "${extra[@]}" -c "$ctx" --max-seqs 64 --kv-mem "$kv_mem" \
+          --step-tokens 1024 --port 0 --model-name qwen3-8b-random > "$log" 2>&1 &
+        pid=$!
+        port=$(wait_ready "$log" "$pid") || { kill "$pid" 2>/dev/null; continue; }
+        echo "== $kv: ready in $(( $(date +%s) - t0 )) s on port $port"; grep -E "KV bytes|engine:" "$log"
+        timeout 540 "$py" bench/serve_load.py --base-url "http://127.0.0.1:$port" --model qwen3-8b-random \
+          --token-prompts 151000 --prompt-tokens "$prompt_tokens" --max-tokens "$max_tokens" \
+          --concurrency "$conc" --requests "$conc" --timeout 500 --server oscar --kv "$kv" \
+          --out "$json" --label "gpu-$kv" || echo "load run for $kv failed ($?)"
+        kill -TERM "$pid"; wait "$pid"; echo "server exit: $?"
+        tail -3 "$log"
+      done
+      ;;
+    *) echo "serve_gpu.sh: unknown phase '$phase' (test, model, load)" >&2; exit 2 ;;
+  esac
+done
