@@ -28,4 +28,7 @@ cp "$OSCAR_EVAL_TEXT" "$out/data/eval.txt"
 "$OSCAR_VENV/bin/python" -m pip download -q --disable-pip-version-check --only-binary=:all: \
   --python-version 3.12 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform any \
   -d "$out/wheels" openai==3.57.0 httpx==0.28.1
+# 64 MiB travel to a device call in all: the libraries go compressed (serve_gpu.sh unpacks them).
+tar -C "$out" -czf "$out/lib.tar.gz" lib && rm -rf "$out/lib"
+gzip -9 "$out/oscar"
 du -sh "$out" "$out"/*

@@ -12,6 +12,9 @@
 # CONC_BF16 / CONC_INT2 (clients: about the sequences each budget admits), OSCAR_COMMIT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+# The bundle travels compressed (scripts/device_bundle.sh).
+[[ -d .device/lib ]] || tar -C .device -xzf .device/lib.tar.gz || exit 1
+[[ -x .device/oscar ]] || { gunzip -k .device/oscar.gz && chmod +x .device/oscar; } || exit 1
 export LD_LIBRARY_PATH="$PWD/.device/lib:${LD_LIBRARY_PATH:-}"
 bin="$PWD/.device/oscar"
 out="${OUT:-/tmp}"
