@@ -260,8 +260,18 @@ def run_load(args):
 
 def machine_doc(command):
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    return {"device": f"CPU: {cpu}, {os.cpu_count()} cores", "date": datetime.date.today().isoformat(),
+    # OSCAR_COMMIT first: a GPU machine's copy of the tree may carry a stale .git.
+    commit = os.environ.get("OSCAR_COMMIT") or subprocess.run(
+        ["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    device = f"CPU: {cpu}, {os.cpu_count()} cores"
+    try:  # the GPU, where there is one
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10).stdout.strip().splitlines()
+        if gpu:
+            device = f"{gpu[0]} ({device})"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"device": device, "date": datetime.date.today().isoformat(),
             "commit": commit or None, "command": command.replace(os.path.expanduser("~"), "~"), "rows": []}
 
 

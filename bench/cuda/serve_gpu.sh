@@ -9,7 +9,7 @@
 #   load   bench/serve_load.py against the server at one KV budget (--kv-mem, default 40 GiB),
 #          32K-token prompts, bf16 then int2-oscar; rows to $OUT/serve_gpu_qwen3_8b.json
 # Environment: OUT (results folder), KV_MEM_MIB (40960), PROMPT_TOKENS (32000), MAX_TOKENS (256),
-# CONC_BF16 / CONC_INT2 (clients: about the sequences each budget admits), OSCAR_COMMIT.
+# CONC_BF16 / CONC_INT2 (clients: about the sequences each budget admits), LOAD_KVS ("bf16 int2-oscar").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # The bundle travels compressed (scripts/device_bundle.sh).
@@ -46,7 +46,8 @@ for phase in "$@"; do
     test)
       echo "== server test on the GPU (random SmolLM2-135M shape)"
       "$bin" make-model --shape smollm2-135m -o /tmp/oscar-smol.gguf || exit 1
-      "$py" tests/serve/server_test.py --oscar "$bin" --model /tmp/oscar-smol.gguf --device cuda \
+      # --ctx 1024: the random model's tokenizer makes ~2.5 bytes a token, the real SmolLM2's ~4.
+      "$py" tests/serve/server_test.py --oscar "$bin" --model /tmp/oscar-smol.gguf --device cuda --ctx 1024 \
         --calib-text .device/data/calib.txt --eval-text .device/data/eval.txt 2>&1 | tee "$out/serve_gpu_test.txt"
       ;;
     model)
@@ -61,7 +62,7 @@ for phase in "$@"; do
       ;;
     load)
       json="$out/serve_gpu_qwen3_8b.json"
-      for kv in bf16 int2-oscar; do
+      for kv in ${LOAD_KVS:-bf16 int2-oscar}; do
         extra=(); conc="${CONC_BF16:-8}"
         if [[ $kv == int2-oscar ]]; then extra=(--rotations "$rot"); conc="${CONC_INT2:-48}"; fi
         log="$out/serve_gpu_${kv}.log"

@@ -821,7 +821,11 @@ def prefix_cache_check(srv: Server):
         check(isinstance(cached, int) and 0 <= cached <= u.get("prompt_tokens", 0),
               f"{which}: cached_tokens {cached!r} (prompt_tokens {u.get('prompt_tokens')})")
     # The second request must be a hit (whole pages, at least one token left to compute),
-    # and equal to the miss above.
+    # and equal to the miss above; where the server says its prefix cache is off (the GPU for
+    # now), only the equality.
+    if "prefix cache: on" not in srv.log_text():
+        note("the server runs without a prefix cache: hit = miss checked, the hit itself not")
+        return
     pt = ub.get("prompt_tokens", 0)
     check(isinstance(cb, int) and cb >= pt - 16 and cb % 16 == 0,
           f"second request: cached_tokens {cb!r}, wanted the prompt's whole pages (prompt_tokens {pt})")
@@ -1094,11 +1098,16 @@ def main() -> int:
     ap.add_argument("--eval-text", default=os.environ.get("OSCAR_EVAL_TEXT", ""),
                     help="text the prompts are cut from (default $OSCAR_EVAL_TEXT, else the calib text)")
     ap.add_argument("--only", default="", help="comma-separated test names (with or without test_)")
+    ap.add_argument("--ctx", type=int, default=512,
+                    help="-c of the servers and the reference runs (prompts are cut by characters: a model "
+                         "whose tokenizer makes more tokens of the same text needs more)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                     help="where `oscar serve` and the reference `oscar run` compute (cuda: the GPU backend)")
     ap.add_argument("-v", "--verbose", action="store_true")
     ARGS = ap.parse_args()
     VERBOSE = ARGS.verbose
+    global CTX
+    CTX = ARGS.ctx
     ARGS.oscar = os.path.abspath(ARGS.oscar)
     if ARGS.eval_text and not os.path.isfile(ARGS.eval_text):
         ARGS.eval_text = ""

@@ -83,7 +83,9 @@ DeviceKvPlan plan_device_kv(const Transformer& t, int64_t budget_bytes, int max_
     p.fp_pages = budget_bytes / g.fp_page_bytes;
   } else {  // fp pages for n sequences' windows (all their tokens where a layer keeps BF16), the rest history
     p.fp_pages = n * fp_per_seq + transient;
-    p.hist_pages = (budget_bytes - p.fp_pages * g.fp_page_bytes) / g.hist_page_bytes;
+    // At least one: the device allocates each layer's history pool from this count, and
+    // its step kernels need one even where no sequence reaches history (ctx ≤ S + W).
+    p.hist_pages = std::max<int64_t>(1, (budget_bytes - p.fp_pages * g.fp_page_bytes) / g.hist_page_bytes);
   }
   p.bytes = p.fp_pages * g.fp_page_bytes + p.hist_pages * g.hist_page_bytes;
   p.seqs_at_ctx = std::min<int64_t>((p.fp_pages - (g.history ? transient : 0)) / fp_per_seq,

@@ -213,32 +213,36 @@ void HttpServer::routes() {
     }
     reply_error(res, 500, what, "server_error");
   });
-  // Authorization and readiness before any route but /health.
+  // The header block's size before anything else (a header line over 8 KiB never gets here:
+  // httplib's parser refuses it, see the error handler). The connection closes after the
+  // answer: a request refused here has not had its body read.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     size_t header_bytes = 0;
     for (const auto& [k, v] : req.headers) header_bytes += k.size() + v.size() + 4;
-    if (header_bytes > config_.max_header_bytes) {
-      reply_error(res, 431, fmt::format("the request headers hold {} bytes; the limit is {}", header_bytes,
-                                        config_.max_header_bytes), status_type(431));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (header_bytes <= config_.max_header_bytes) return httplib::Server::HandlerResponse::Unhandled;
+    reply_error(res, 431, fmt::format("the request headers hold {} bytes; the limit is {}", header_bytes,
+                                      config_.max_header_bytes), status_type(431));
+    res.set_header("Connection", "close");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Authorization and readiness, in each route but /health: inside the handler, so that a
+  // POST's body has been read whatever the answer (a refused request's unread body would
+  // otherwise be parsed as the next request on a kept-alive connection).
+  auto admitted = [this](const httplib::Request& req, httplib::Response& res, bool needs_model) {
     if (!config_.api_key.empty()) {
       const std::string auth = req.get_header_value("Authorization");
       const std::string_view bearer = "Bearer ";
-      const bool ok = auth.starts_with(bearer) && keys_equal(config_.api_key, std::string_view(auth).substr(bearer.size()));
-      if (!ok) {
+      if (!(auth.starts_with(bearer) && keys_equal(config_.api_key, std::string_view(auth).substr(bearer.size())))) {
         reply_error(res, 401, "missing or wrong API key (Authorization: Bearer <key>)", "authentication_error");
-        return httplib::Server::HandlerResponse::Handled;
+        return false;
       }
     }
-    if (!ready_.load() && req.path != "/metrics") {
+    if (needs_model && !ready_.load()) {
       reply_error(res, 503, "the model is loading", "unavailable");
-      return httplib::Server::HandlerResponse::Handled;
+      return false;
     }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-
+    return true;
+  };
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (ready_.load()) {
       reply_json(res, 200, json{{"status", "ok"}});
@@ -246,14 +250,15 @@ void HttpServer::routes() {
       reply_json(res, 503, json{{"status", "loading"}});
     }
   });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.render(), "text/plain; version=0.0.4");
+  s.Get("/metrics", [this, admitted](const httplib::Request& req, httplib::Response& res) {
+    if (admitted(req, res, false)) res.set_content(metrics_.render(), "text/plain; version=0.0.4");
   });
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    reply_json(res, 200, models_json(config_.model_name, unix_now()));
+  s.Get("/v1/models", [this, admitted](const httplib::Request& req, httplib::Response& res) {
+    if (admitted(req, res, true)) reply_json(res, 200, models_json(config_.model_name, unix_now()));
   });
-  auto completion = [this](Endpoint e) {
-    return [this, e](const httplib::Request& req, httplib::Response& res) {
+  auto completion = [this, admitted](Endpoint e) {
+    return [this, e, admitted](const httplib::Request& req, httplib::Response& res) {
+      if (!admitted(req, res, true)) return;
       const RequestLimits limits{model_.ctx};
       CompletionRequest cr;
       GenerationInput in;
