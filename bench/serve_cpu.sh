@@ -5,7 +5,10 @@
 # bench/serve_load.py at concurrency 1, 2, 4, 8. Writes bench/results/serve_cpu_smollm2.json and
 # prints a markdown table. Every server is stopped on exit; every step has a timeout; the whole
 # run stops at 25 minutes.
-#   bench/serve_cpu.sh            the benchmark (prompts ~1000 tokens, 64 output tokens)
+#   bench/serve_cpu.sh            the benchmark (prompts ~2000 tokens, 64 output tokens): the
+#                                 sequences one budget admits; prefill-bound on 2 cores
+#   bench/serve_cpu.sh --decode   decode-bound: prompts ~256 tokens, 128 output tokens, one
+#                                 request per client, to bench/results/serve_cpu_smollm2_decode.json
 #   bench/serve_cpu.sh --smoke    concurrency 1 and 2, 2 requests each, prompts ~300, 16 tokens,
 #                                 written to ${TMPDIR:-/tmp}/serve_cpu_smollm2_smoke.json
 #   bench/serve_cpu.sh --out FILE
@@ -21,6 +24,7 @@ out=bench/results/serve_cpu_smollm2.json
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --smoke) smoke=1; out="${TMPDIR:-/tmp}/serve_cpu_smollm2_smoke.json"; shift ;;
+    --decode) smoke=2; out=bench/results/serve_cpu_smollm2_decode.json; shift ;;
     --out) out="$2"; shift 2 ;;
     *) echo "serve_cpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -29,6 +33,9 @@ done
 threads=2
 if [[ $smoke == 1 ]]; then
   prompt_tokens=300; max_tokens=16; concurrencies=(1 2); min_requests=2; per_conc_requests=1
+elif [[ $smoke == 2 ]]; then
+  prompt_tokens=256; max_tokens=128; concurrencies=(1 2 4 8); min_requests=1; per_conc_requests=1
+  budget_seqs=8  # room for every client in BF16 too: how throughput grows with the batch
 else
   # Long prompts: the INT2 history holds most of each sequence, as in the long-context use
   # this cache is for (a sequence's BF16 sink + recent window cost the same at any length).
@@ -40,7 +47,7 @@ fi
 page_tokens=16
 page_bytes=$(( page_tokens * 23040 ))
 seq_tokens=$(( prompt_tokens * 11 / 10 + max_tokens ))
-budget_pages=$(( 2 * ( (seq_tokens + page_tokens - 1) / page_tokens ) ))  # two BF16 sequences
+budget_pages=$(( ${budget_seqs:-2} * ( (seq_tokens + page_tokens - 1) / page_tokens ) ))  # two BF16 sequences (default)
 # -c is the sequence length the workload has: the server sizes its fp pool (sink and recent
 # windows) for as many sequences of -c tokens as the budget holds.
 ctx=$(( (seq_tokens + 63) / 64 * 64 ))
@@ -193,6 +200,7 @@ home = os.path.expanduser("~")
 doc = json.load(open(out))
 doc["command"] = invoked
 doc["smoke"] = smoke == "1"
+doc["mode"] = {"0": "admission (long prompts)", "1": "smoke", "2": "decode-bound"}[smoke]
 doc["threads"] = 2
 doc["load_avg_at_start"] = load_at_start
 doc["kv_budget"] = {"oscar_kv_mem_mib": float(kv_mem), "bf16_tokens": int(budget_tokens), "oscar_ctx": int(ctx),
