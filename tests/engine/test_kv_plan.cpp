@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "../tiny_model.h"
+#include "../tiny_tokenizer.h"
 #include "oscar/core/error.h"
 #include "oscar/engine/cpu_runner.h"
 #include "oscar/engine/generate.h"
@@ -88,12 +89,7 @@ TEST(Generate, OneLoopOnTheRunnerStopsWhenPagesRunOut) {
   sp.temperature = 0;
   Sampler sampler(sp);
   int n = 0;
-  // A tokenizer is needed only for is_eog: the tiny vocabulary has none, so build a minimal one.
-  TokenizerData d;
-  d.model = "gpt2";
-  d.pre = "gpt2";
-  for (int i = 0; i < 50; ++i) d.tokens.push_back(std::string(1, char('a' + i % 26)) + std::to_string(i));
-  const Tokenizer tok(d);
+  const Tokenizer tok = test::tiny_tokenizer();  // for is_eog: the tiny vocabulary has no such token
   const engine::GenerationStats st = engine::generate(r, tok, s, prompt, 100, sampler, [&](int32_t) { return ++n, true; });
   EXPECT_EQ(st.n_prompt, 20);
   EXPECT_EQ(r.length(s), 32);        // every page used

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "../tiny_model.h"
+#include "../tiny_tokenizer.h"
 #include "oscar/engine/cpu_runner.h"
 #include "oscar/engine/generate.h"
 #include "oscar/serve/scheduler.h"
@@ -16,13 +17,7 @@
 namespace oscar::serve {
 namespace {
 
-Tokenizer tiny_tokenizer() {
-  TokenizerData d;
-  d.model = "gpt2";
-  d.pre = "gpt2";
-  for (int i = 0; i < 50; ++i) d.tokens.push_back(std::string(1, char('a' + i % 26)) + std::to_string(i) + " ");
-  return Tokenizer(d);
-}
+using test::tiny_tokenizer;
 
 Transformer tiny(const std::string& kv) {
   Transformer t(test::tiny_model(true, 11, 2, 16));

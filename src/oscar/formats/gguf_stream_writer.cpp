@@ -17,20 +17,7 @@
 namespace oscar::gguf {
 namespace {
 
-uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
-
-template <typename T>
-T narrow_u(uint64_t x, const std::string& key) {
-  if (x > std::numeric_limits<T>::max()) fail("GGUF writer: metadata key '{}': {} does not fit", key, x);
-  return T(x);
-}
-
-template <typename T>
-T narrow_i(int64_t x, const std::string& key) {
-  if (x < std::numeric_limits<T>::min() || x > std::numeric_limits<T>::max())
-    fail("GGUF writer: metadata key '{}': {} does not fit", key, x);
-  return T(x);
-}
+using detail::align_up;
 
 Value string_value(std::string s) {
   Value v;
@@ -131,45 +118,8 @@ uint64_t GgufStreamWriter::data_bytes() const {
   return n;
 }
 
-void GgufStreamWriter::emit(const void* p, size_t n) {
-  if (n > 0 && std::fwrite(p, 1, n, file_) != n) fail("cannot write '{}': {}", tmp_path_, std::strerror(errno));
-  written_ += n;
-}
-
-void GgufStreamWriter::emit_padding() {
-  static const uint8_t zeros[256] = {};
-  emit(zeros, size_t(align_up(written_, alignment_) - written_));
-}
-
-void GgufStreamWriter::emit_string(const std::string& s) {
-  emit_scalar<uint64_t>(s.size());
-  emit(s.data(), s.size());
-}
-
-void GgufStreamWriter::emit_value(const Value& v, ValueType t, const std::string& key) {
-  if (v.type != t)
-    fail("GGUF writer: metadata key '{}': {} value where {} was expected", key, value_type_name(v.type),
-         value_type_name(t));
-  switch (t) {
-    case ValueType::u8: emit_scalar(narrow_u<uint8_t>(v.u, key)); break;
-    case ValueType::u16: emit_scalar(narrow_u<uint16_t>(v.u, key)); break;
-    case ValueType::u32: emit_scalar(narrow_u<uint32_t>(v.u, key)); break;
-    case ValueType::u64: emit_scalar<uint64_t>(v.u); break;
-    case ValueType::i8: emit_scalar(narrow_i<int8_t>(v.i, key)); break;
-    case ValueType::i16: emit_scalar(narrow_i<int16_t>(v.i, key)); break;
-    case ValueType::i32: emit_scalar(narrow_i<int32_t>(v.i, key)); break;
-    case ValueType::i64: emit_scalar<int64_t>(v.i); break;
-    case ValueType::f32: emit_scalar<float>(float(v.f)); break;
-    case ValueType::f64: emit_scalar<double>(v.f); break;
-    case ValueType::boolean: emit_scalar<uint8_t>(v.u ? 1 : 0); break;
-    case ValueType::string: emit_string(v.s); break;
-    case ValueType::array:
-      emit_scalar<uint32_t>(uint32_t(v.elem_type));
-      emit_scalar<uint64_t>(v.array.size());
-      for (const Value& e : v.array) emit_value(e, v.elem_type, key);
-      break;
-    default: fail("GGUF writer: metadata key '{}': unknown value type {}", key, uint32_t(t));
-  }
+void GgufStreamWriter::write_file(const void* p, size_t n) {
+  if (std::fwrite(p, 1, n, file_) != n) fail("cannot write '{}': {}", tmp_path_, std::strerror(errno));
 }
 
 void GgufStreamWriter::begin() {
@@ -183,25 +133,25 @@ void GgufStreamWriter::begin() {
     fail("cannot write '{}': it exists and is not a regular file", path_);
   file_ = std::fopen(tmp_path_.c_str(), "wb");
   if (!file_) fail("cannot create '{}': {}", tmp_path_, std::strerror(errno));
-  emit("GGUF", 4);
-  emit_scalar<uint32_t>(3);
-  emit_scalar<uint64_t>(tensors_.size());
-  emit_scalar<uint64_t>(kv_.size());
+  out_.bytes("GGUF", 4);
+  out_.put<uint32_t>(3);
+  out_.put<uint64_t>(tensors_.size());
+  out_.put<uint64_t>(kv_.size());
   for (const auto& [key, v] : kv_) {
-    emit_string(key);
-    emit_scalar<uint32_t>(uint32_t(v.type));
-    emit_value(v, v.type, key);
+    out_.string(key);
+    out_.put<uint32_t>(uint32_t(v.type));
+    out_.value(v, v.type, key);
   }
   uint64_t offset = 0;
   for (const TensorDecl& t : tensors_) {
-    emit_string(t.name);
-    emit_scalar<uint32_t>(uint32_t(t.ne.size()));
-    for (uint64_t d : t.ne) emit_scalar<uint64_t>(d);
-    emit_scalar<uint32_t>(uint32_t(t.type));
-    emit_scalar<uint64_t>(offset);
+    out_.string(t.name);
+    out_.put<uint32_t>(uint32_t(t.ne.size()));
+    for (uint64_t d : t.ne) out_.put<uint64_t>(d);
+    out_.put<uint32_t>(uint32_t(t.type));
+    out_.put<uint64_t>(offset);
     offset = align_up(offset + t.n_bytes, alignment_);
   }
-  emit_padding();
+  out_.pad_to(alignment_);
 }
 
 void GgufStreamWriter::write_data(const void* data, size_t n) {
@@ -211,10 +161,10 @@ void GgufStreamWriter::write_data(const void* data, size_t n) {
   const TensorDecl& t = tensors_[current_];
   if (n > t.n_bytes - current_written_)
     fail("GGUF writer: tensor '{}': {} bytes written where {} remain", t.name, n, t.n_bytes - current_written_);
-  emit(data, n);
+  out_.bytes(data, n);
   current_written_ += n;
   if (current_written_ == t.n_bytes) {
-    emit_padding();
+    out_.pad_to(alignment_);
     ++current_;
     current_written_ = 0;
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "oscar/formats/gguf.h"
+#include "oscar/formats/gguf_emitter.h"
 
 namespace oscar::gguf {
 
@@ -43,7 +44,7 @@ class GgufStreamWriter {
   // Checks that every tensor got all its bytes, closes the file and renames it.
   void finish();
 
-  uint64_t bytes_written() const { return written_; }
+  uint64_t bytes_written() const { return out_.written(); }
   uint64_t data_bytes() const;  // sum of all tensors' bytes, before padding
 
  private:
@@ -53,19 +54,14 @@ class GgufStreamWriter {
     std::vector<uint64_t> ne;
     uint64_t n_bytes;
   };
-  void emit(const void* p, size_t n);
-  void emit_padding();
-  void emit_value(const Value& v, ValueType t, const std::string& key);
-  template <typename T>
-  void emit_scalar(T v) { emit(&v, sizeof v); }
-  void emit_string(const std::string& s);
+  void write_file(const void* p, size_t n);
 
   std::string path_, tmp_path_;
   std::vector<std::pair<std::string, Value>> kv_;
   std::vector<TensorDecl> tensors_;
   uint64_t alignment_ = 32;
   std::FILE* file_ = nullptr;
-  uint64_t written_ = 0;
+  detail::Emitter out_{[this](const void* p, size_t n) { write_file(p, n); }};  // GgufWriter's encoding, to file_
   size_t current_ = 0;           // index of the tensor write_data fills
   uint64_t current_written_ = 0; // bytes of it written so far
   bool began_ = false;
