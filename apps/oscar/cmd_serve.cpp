@@ -119,7 +119,8 @@ int serve(const ServeOptions& o) {
     const DeviceKvPlan plan = plan_device_kv(*m.transformer, budget, o.max_seqs, ctx);
     fmt::print(stderr, "KV bytes per token on the GPU: fp {:.1f}, history {:.1f}; pages: {} fp ({} B each), {} history "
                        "({} B each); {} for up to {} sequences of {} tokens, {} fit at once\n",
-               double(plan.fp_page_bytes) / 16.0, double(plan.hist_page_bytes) / 64.0, plan.fp_pages, plan.fp_page_bytes,
+               double(plan.fp_page_bytes) / double(plan.fp_page_tokens),
+               double(plan.hist_page_bytes) / double(plan.hist_page_tokens), plan.fp_pages, plan.fp_page_bytes,
                plan.hist_pages, plan.hist_page_bytes, format_bytes(plan.bytes), o.max_seqs, ctx, plan.seqs_at_ctx);
     runner = std::make_unique<DeviceRunner>(*m.transformer, plan, o.max_seqs, ctx);
     fmt::print(stderr, "prefix cache: off on the GPU (not implemented there yet)\n");

@@ -103,7 +103,7 @@ DeviceKvCache::DeviceKvCache(int n_layers, int n_kv_heads, int head_dim, const K
   if (limits.max_seqs <= 0) fail(what, "max_seqs must be positive");
   if (limits.max_seq_len <= 0 || limits.max_seq_len > (int64_t(1) << 31) - kPage)
     fail(what, "max_seq_len " + std::to_string(limits.max_seq_len) + " outside [1, 2^31)");
-  keep_fp_ = fmt.any_bf16_layer();
+  geometry_ = KvPageGeometry(n_layers, n_kv_heads, head_dim, fmt);
   fp_stride_ = int(ceil_div(limits.max_seq_len, kPage));
   hist_stride_ = int(std::max<int64_t>(1, ceil_div(std::max<int64_t>(0, limits.max_seq_len - fmt.sink), kHistPage)));
   // During a step a sequence may hold one page more than after it (the new token's page
@@ -114,9 +114,9 @@ DeviceKvCache::DeviceKvCache(int n_layers, int n_kv_heads, int head_dim, const K
   if (limits_.fp_pages <= 0)
     limits_.fp_pages =
         limits.max_seqs * std::min(ceil_div(limits.max_seq_len, kPage),
-                                   fp_pages_for_length(limits.max_seq_len) + 3 + limits.prefill_chunk / kPage);
+                                   geometry_.fp_pages_for_length(limits.max_seq_len) + 3 + limits.prefill_chunk / kPage);
   if (limits_.hist_pages <= 0)
-    limits_.hist_pages = fmt.any_history() ? limits.max_seqs * hist_pages_for_length(limits.max_seq_len) : 0;
+    limits_.hist_pages = fmt.any_history() ? limits.max_seqs * geometry_.hist_pages_for_length(limits.max_seq_len) : 0;
 
   const size_t fp_elems = size_t(n_kv_heads) * kPage * size_t(head_dim);
   for (int l = 0; l < n_layers; ++l) {
@@ -140,42 +140,49 @@ DeviceKvCache::DeviceKvCache(int n_layers, int n_kv_heads, int head_dim, const K
   active_.assign(size_t(limits.max_seqs), false);
 }
 
-size_t DeviceKvCache::row_bytes(int layer) const {
-  const int b = fmt_.bits[size_t(layer)];
-  return b == 0 ? 0 : decode_quant_row_bytes(head_dim_, b, fmt_.group);
+KvPageGeometry::KvPageGeometry(int n_layers, int n_kv_heads, int head_dim, const KvFormat& fmt)
+    : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), sink_(fmt.sink), window_(fmt.window),
+      keep_fp_(fmt.any_bf16_layer()), history_(fmt.any_history()) {
+  for (int l = 0; l < n_layers; ++l) {
+    const int b = fmt.bits[size_t(l)];
+    row_bytes_.push_back(b == 0 ? 0 : decode_quant_row_bytes(head_dim, b, fmt.group));
+  }
 }
 
-int64_t DeviceKvCache::history_end(int64_t t) const {
-  return fmt_.sink + std::max<int64_t>(0, t - fmt_.sink - fmt_.window);
-}
+int KvPageGeometry::fp_page_tokens() { return kPage; }
+int KvPageGeometry::hist_page_tokens() { return kHistPage; }
 
-int64_t DeviceKvCache::fp_pages_for_length(int64_t t) const {
-  if (keep_fp_ || !fmt_.any_history()) return ceil_div(t, kPage);
+size_t KvPageGeometry::row_bytes(int layer) const { return row_bytes_[size_t(layer)]; }
+
+int64_t KvPageGeometry::history_end(int64_t t) const { return sink_ + std::max<int64_t>(0, t - sink_ - window_); }
+
+int64_t KvPageGeometry::fp_pages_for_length(int64_t t) const {
+  if (keep_fp_ || !history_) return ceil_div(t, kPage);
   // Released: the pages at or past the sink that end at or before h(t).
-  const int64_t released = std::max<int64_t>(0, history_end(t) / kPage - ceil_div(fmt_.sink, kPage));
+  const int64_t released = std::max<int64_t>(0, history_end(t) / kPage - ceil_div(sink_, kPage));
   return ceil_div(t, kPage) - released;
 }
 
-int64_t DeviceKvCache::hist_pages_for_length(int64_t t) const {
-  if (!fmt_.any_history()) return 0;
+int64_t KvPageGeometry::hist_pages_for_length(int64_t t) const {
+  if (!history_) return 0;
   // Rows [S, h(t + 1)): a step for token t also demotes row h(t).
-  return ceil_div(std::max<int64_t>(0, history_end(t + 1) - fmt_.sink), kHistPage);
+  return ceil_div(std::max<int64_t>(0, history_end(t + 1) - sink_), kHistPage);
 }
 
-size_t DeviceKvCache::fp_page_bytes() const {
+size_t KvPageGeometry::fp_page_bytes() const {
   return size_t(n_layers_) * 2 * size_t(n_kv_heads_) * kPage * size_t(head_dim_) * 2;
 }
 
-size_t DeviceKvCache::hist_page_bytes() const {
+size_t KvPageGeometry::hist_page_bytes() const {
   size_t per_row = 0;
-  for (int l = 0; l < n_layers_; ++l) per_row += 2 * row_bytes(l);
+  for (size_t b : row_bytes_) per_row += 2 * b;
   return per_row * size_t(n_kv_heads_) * kHistPage;
 }
 
 size_t DeviceKvCache::bytes_for_length(int64_t t) const {
   // The pages held after t tokens (history rows up to h(t)).
   const int64_t hist = fmt_.any_history() ? ceil_div(std::max<int64_t>(0, history_end(t) - fmt_.sink), kHistPage) : 0;
-  return size_t(fp_pages_for_length(t)) * fp_page_bytes() + size_t(hist) * hist_page_bytes();
+  return size_t(geometry_.fp_pages_for_length(t)) * fp_page_bytes() + size_t(hist) * hist_page_bytes();
 }
 
 size_t DeviceKvCache::bf16_bytes_for_length(int64_t t) const { return size_t(ceil_div(t, kPage)) * fp_page_bytes(); }
@@ -247,17 +254,8 @@ void DeviceKvCache::begin_tokens(int slot, int64_t n) {
   if (n <= 0 || t0 + n > limits_.max_seq_len)
     fail(what, "sequence slot " + std::to_string(slot) + " at length " + std::to_string(t0) + " cannot take " +
                    std::to_string(n) + " more tokens (max_seq_len " + std::to_string(limits_.max_seq_len) + ")");
-  // Table entries without a page: the tokens' fp pages, and the history pages of the rows
-  // [h(t0), h(t0 + n)) these steps demote.
   std::vector<int64_t> fp_need, hist_need;
-  for (int64_t i = t0 / kPage; i <= (t0 + n - 1) / kPage; ++i)
-    if (h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)] < 0) fp_need.push_back(i);
-  if (fmt_.any_history()) {
-    const int64_t r0 = history_end(t0), r1 = history_end(t0 + n);
-    if (r1 > r0)
-      for (int64_t i = (r0 - fmt_.sink) / kHistPage; i <= (r1 - 1 - fmt_.sink) / kHistPage; ++i)
-        if (h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t(i)] < 0) hist_need.push_back(i);
-  }
+  missing_pages(slot, n, &fp_need, &hist_need);
   if (fp_need.size() > free_fp_.size() || hist_need.size() > free_hist_.size())
     fail(what, "the KV cache is full (" + std::to_string(limits_.fp_pages) + " fp pages, " +
                    std::to_string(limits_.hist_pages) + " history pages) at token " + std::to_string(t0) +
@@ -272,23 +270,25 @@ void DeviceKvCache::begin_tokens(int slot, int64_t n) {
   }
 }
 
-DeviceKvCache::Pages DeviceKvCache::append_need(int slot, int64_t n) const {
-  check_slot(slot, "DeviceKvCache::append_need");
+void DeviceKvCache::missing_pages(int slot, int64_t n, std::vector<int64_t>* fp, std::vector<int64_t>* hist) const {
   const int64_t t0 = length_[size_t(slot)];
-  Pages need;
-  if (n <= 0) return need;
+  if (n <= 0) return;
   for (int64_t i = t0 / kPage; i <= (t0 + n - 1) / kPage && i < fp_stride_; ++i)
-    if (h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)] < 0) ++need.fp;
+    if (h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)] < 0) fp->push_back(i);
   if (fmt_.any_history()) {
     const int64_t r0 = history_end(t0), r1 = history_end(t0 + n);
     if (r1 > r0)
       for (int64_t i = (r0 - fmt_.sink) / kHistPage; i <= (r1 - 1 - fmt_.sink) / kHistPage && i < hist_stride_; ++i)
-        if (h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t(i)] < 0) ++need.hist;
+        if (h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t(i)] < 0) hist->push_back(i);
   }
-  return need;
 }
 
-int DeviceKvCache::hist_page_tokens() const { return kHistPage; }
+DeviceKvCache::Pages DeviceKvCache::append_need(int slot, int64_t n) const {
+  check_slot(slot, "DeviceKvCache::append_need");
+  std::vector<int64_t> fp, hist;
+  missing_pages(slot, n, &fp, &hist);
+  return {int64_t(fp.size()), int64_t(hist.size())};
+}
 
 void DeviceKvCache::segment_pages(int64_t* sink, int64_t* recent, int64_t* hist) const {
   *sink = *recent = *hist = 0;
@@ -306,7 +306,7 @@ void DeviceKvCache::end_tokens(int slot, int64_t n) {
   check_slot(slot, "DeviceKvCache::end_tokens");
   const int64_t t0 = length_[size_t(slot)];
   const int64_t t = length_[size_t(slot)] += n;
-  if (keep_fp_ || !fmt_.any_history()) return;
+  if (geometry_.keeps_fp() || !fmt_.any_history()) return;
   // Pages at or past the sink that end at or before h(t) hold history only now.
   const int64_t first = std::max<int64_t>(ceil_div(fmt_.sink, kPage), history_end(t0) / kPage);
   for (int64_t i = first; (i + 1) * kPage <= history_end(t); ++i) {
@@ -326,7 +326,7 @@ void DeviceKvCache::synthesize(int slot, int64_t t, uint64_t seed, cudaStream_t 
   const int64_t h = fmt_.any_history() ? history_end(t) : 0;
   std::vector<int32_t> fp_pages, hist_pages;
   for (int64_t i = 0; i < ceil_div(t, kPage); ++i) {
-    const bool released = !keep_fp_ && fmt_.any_history() && i * kPage >= fmt_.sink && (i + 1) * kPage <= h;
+    const bool released = !geometry_.keeps_fp() && fmt_.any_history() && i * kPage >= fmt_.sink && (i + 1) * kPage <= h;
     if (!released) fp_pages.push_back(int32_t(i));
   }
   for (int64_t i = 0; i < ceil_div(std::max<int64_t>(0, h - fmt_.sink), kHistPage); ++i)

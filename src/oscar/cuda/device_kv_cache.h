@@ -52,6 +52,30 @@ struct KvCacheLimits {
   int prefill_logits_rows = 256;  // a prefill's logits are computed (and kept) this many rows at a time
 };
 
+// The page counts and sizes a format gives, with no pools behind them: what the cache
+// below uses, and what a budget is planned with before any GPU memory exists.
+class KvPageGeometry {
+ public:
+  KvPageGeometry() = default;
+  KvPageGeometry(int n_layers, int n_kv_heads, int head_dim, const KvFormat& fmt);
+
+  int64_t history_end(int64_t t) const;          // h(t) = S + max(0, t − S − W)
+  int64_t fp_pages_for_length(int64_t t) const;  // fp pages a sequence holds after t tokens
+  int64_t hist_pages_for_length(int64_t t) const;  // history pages, the step for token t included
+  size_t row_bytes(int layer) const;             // packed history row of `layer` (0 for BF16 layers)
+  size_t fp_page_bytes() const;                  // one page of every layer, K and V
+  size_t hist_page_bytes() const;                // likewise (0 when no layer has history)
+  bool keeps_fp() const { return keep_fp_; }     // some layer is BF16 only: fp pages are never released
+  bool has_history() const { return history_; }
+  static int fp_page_tokens();    // 16
+  static int hist_page_tokens();  // 64
+
+ private:
+  int n_layers_ = 0, n_kv_heads_ = 0, head_dim_ = 0, sink_ = 0, window_ = 0;
+  std::vector<size_t> row_bytes_;  // per layer
+  bool keep_fp_ = false, history_ = false;
+};
+
 class DeviceKvCache {
  public:
   DeviceKvCache(int n_layers, int n_kv_heads, int head_dim, const KvFormat& fmt, const KvCacheLimits& limits);
@@ -60,7 +84,8 @@ class DeviceKvCache {
   int n_layers() const { return n_layers_; }
   int max_seqs() const { return limits_.max_seqs; }
   int64_t max_seq_len() const { return limits_.max_seq_len; }
-  size_t row_bytes(int layer) const;  // packed history row of `layer` (0 for BF16 layers)
+  const KvPageGeometry& geometry() const { return geometry_; }
+  size_t row_bytes(int layer) const { return geometry_.row_bytes(layer); }
 
   // Sequence slots. add_sequence throws when all slots are taken.
   int add_sequence();
@@ -68,7 +93,7 @@ class DeviceKvCache {
   bool active(int slot) const;
   int64_t length(int slot) const;
   // h(t) of this cache for a sequence of length t.
-  int64_t history_end(int64_t t) const;
+  int64_t history_end(int64_t t) const { return geometry_.history_end(t); }
 
   // Reserves the pages tokens length(slot) … length(slot) + n − 1 need (their fp rows and
   // the history rows they demote); throws std::runtime_error naming the slot when the
@@ -92,12 +117,13 @@ class DeviceKvCache {
     int64_t fp = 0, hist = 0;
   };
   Pages append_need(int slot, int64_t n) const;
-  Pages pages_for_length(int64_t t) const { return {fp_pages_for_length(t), hist_pages_for_length(t)}; }
+  Pages pages_for_length(int64_t t) const {
+    return {geometry_.fp_pages_for_length(t), geometry_.hist_pages_for_length(t)};
+  }
   Pages free_pages() const { return {int64_t(free_fp_.size()), int64_t(free_hist_.size())}; }
   Pages total_pages() const { return {limits_.fp_pages, limits_.hist_pages}; }
-  size_t fp_page_bytes() const;    // one page of every layer, K and V
-  size_t hist_page_bytes() const;  // likewise (0 when no layer has history)
-  int hist_page_tokens() const;    // tokens per history page (64)
+  size_t fp_page_bytes() const { return geometry_.fp_page_bytes(); }
+  size_t hist_page_bytes() const { return geometry_.hist_page_bytes(); }
   void segment_pages(int64_t* sink, int64_t* recent, int64_t* hist) const;
 
   // Benchmarks: gives the empty `slot` the pages of a sequence of length t and fills them with random
@@ -120,14 +146,15 @@ class DeviceKvCache {
  private:
   void check_slot(int slot, const char* what) const;
   void set_entry(bool hist, int slot, int64_t i, int32_t page);
-  int64_t fp_pages_for_length(int64_t t) const;
-  int64_t hist_pages_for_length(int64_t t) const;
+  // Page-table entries without a page that tokens length … length + n − 1 need: their fp
+  // pages and the history pages of the rows [h(t0), h(t0 + n)) they demote.
+  void missing_pages(int slot, int64_t n, std::vector<int64_t>* fp, std::vector<int64_t>* hist) const;
 
   cudaStream_t stream_ = nullptr;
   int n_layers_, n_kv_heads_, head_dim_;
   KvFormat fmt_;
   KvCacheLimits limits_;
-  bool keep_fp_;  // some layer is BF16 only: fp pages are never released
+  KvPageGeometry geometry_;
   int fp_stride_ = 0, hist_stride_ = 0;
   DeviceMemory mem_;
   std::vector<uint16_t*> fp_k_, fp_v_;

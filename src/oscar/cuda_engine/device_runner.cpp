@@ -7,13 +7,11 @@
 #include <stdexcept>
 
 #include "oscar/core/error.h"
-#include "oscar/cuda/decode_attention.h"
 #include "oscar/cuda_engine/device_model_loader.h"
 
 namespace oscar {
 
 namespace {
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // DeviceModel and its cache report trouble as std::runtime_error; the engine's one error
 // type is oscar::Error.
@@ -28,67 +26,37 @@ auto device_call(const char* what, F&& f) -> decltype(f()) {
   }
 }
 
-// The device cache's page geometry for t's format (device_kv_cache.cu's rules).
-struct Geometry {
-  int64_t fp_page_bytes = 0, hist_page_bytes = 0, sink = 0, window = 0;
-  bool history = false, keep_fp = false;
-  int64_t fp_pages_for(int64_t t) const {
-    if (keep_fp || !history) return ceil_div(t, 16);
-    const int64_t h = sink + std::max<int64_t>(0, t - sink - window);
-    return ceil_div(t, 16) - std::max<int64_t>(0, h / 16 - ceil_div(sink, 16));
-  }
-  int64_t hist_pages_for(int64_t t) const {
-    if (!history) return 0;
-    const int64_t h = sink + std::max<int64_t>(0, t + 1 - sink - window);
-    return ceil_div(std::max<int64_t>(0, h - sink), 64);
-  }
-};
-
-Geometry geometry(const Transformer& t, const cuda::KvFormat& f) {
-  const ModelConfig& c = t.config();
-  Geometry g;
-  g.fp_page_bytes = int64_t(c.n_layers) * 2 * c.n_kv_heads * 16 * c.head_dim * 2;
-  int64_t row = 0;
-  for (int l = 0; l < c.n_layers; ++l) {
-    const int b = f.bits[size_t(l)];
-    if (b != 0) row += 2 * int64_t(cuda::decode_quant_row_bytes(c.head_dim, b, f.group));
-  }
-  g.hist_page_bytes = row * c.n_kv_heads * 64;
-  g.sink = f.sink;
-  g.window = f.window;
-  g.history = f.any_history();
-  g.keep_fp = f.any_bf16_layer();
-  return g;
-}
 }  // namespace
 
 DeviceKvPlan plan_device_kv(const Transformer& t, int64_t budget_bytes, int max_seqs, int64_t ctx) {
-  const cuda::KvFormat f = device_kv_format(t);
-  const Geometry g = geometry(t, f);
+  const ModelConfig& c = t.config();
+  const cuda::KvPageGeometry g(c.n_layers, c.n_kv_heads, c.head_dim, device_kv_format(t));
   DeviceKvPlan p;
-  p.fp_page_bytes = g.fp_page_bytes;
-  p.hist_page_bytes = g.hist_page_bytes;
+  p.fp_page_bytes = int64_t(g.fp_page_bytes());
+  p.hist_page_bytes = int64_t(g.hist_page_bytes());
+  p.fp_page_tokens = g.fp_page_tokens();
+  p.hist_page_tokens = g.hist_page_tokens();
   int64_t fp_per_seq = 0;
-  for (int64_t n = 1; n <= ctx; ++n) fp_per_seq = std::max(fp_per_seq, g.fp_pages_for(n));
+  for (int64_t n = 1; n <= ctx; ++n) fp_per_seq = std::max(fp_per_seq, g.fp_pages_for_length(n));
   fp_per_seq += 1;  // a step's new page comes before the released one goes
-  const int64_t hist_per_seq = g.hist_pages_for(ctx);
-  const int64_t transient = 1024 / 16 + 3;  // one prefill launch of 1024 tokens holds its pages
-  const int64_t seq_bytes = fp_per_seq * g.fp_page_bytes + hist_per_seq * g.hist_page_bytes;
-  if (budget_bytes <= 0) budget_bytes = max_seqs * seq_bytes + transient * g.fp_page_bytes;
-  const int64_t n = std::clamp<int64_t>((budget_bytes - transient * g.fp_page_bytes) / seq_bytes, 0, max_seqs);
+  const int64_t hist_per_seq = g.hist_pages_for_length(ctx);
+  const int64_t transient = 1024 / p.fp_page_tokens + 3;  // one prefill launch of 1024 tokens holds its pages
+  const int64_t seq_bytes = fp_per_seq * p.fp_page_bytes + hist_per_seq * p.hist_page_bytes;
+  if (budget_bytes <= 0) budget_bytes = max_seqs * seq_bytes + transient * p.fp_page_bytes;
+  const int64_t n = std::clamp<int64_t>((budget_bytes - transient * p.fp_page_bytes) / seq_bytes, 0, max_seqs);
   if (n < 1)
     fail("a KV budget of {:.1f} MiB cannot hold one sequence of {} tokens on the GPU ({:.1f} MiB): raise --kv-mem or "
-         "lower -c", double(budget_bytes) / (1 << 20), ctx, double(seq_bytes + transient * g.fp_page_bytes) / (1 << 20));
-  if (!g.history) {
-    p.fp_pages = budget_bytes / g.fp_page_bytes;
+         "lower -c", double(budget_bytes) / (1 << 20), ctx, double(seq_bytes + transient * p.fp_page_bytes) / (1 << 20));
+  if (!g.has_history()) {
+    p.fp_pages = budget_bytes / p.fp_page_bytes;
   } else {  // fp pages for n sequences' windows (all their tokens where a layer keeps BF16), the rest history
     p.fp_pages = n * fp_per_seq + transient;
     // At least one: the device allocates each layer's history pool from this count, and
     // its step kernels need one even where no sequence reaches history (ctx ≤ S + W).
-    p.hist_pages = std::max<int64_t>(1, (budget_bytes - p.fp_pages * g.fp_page_bytes) / g.hist_page_bytes);
+    p.hist_pages = std::max<int64_t>(1, (budget_bytes - p.fp_pages * p.fp_page_bytes) / p.hist_page_bytes);
   }
-  p.bytes = p.fp_pages * g.fp_page_bytes + p.hist_pages * g.hist_page_bytes;
-  p.seqs_at_ctx = std::min<int64_t>((p.fp_pages - (g.history ? transient : 0)) / fp_per_seq,
+  p.bytes = p.fp_pages * p.fp_page_bytes + p.hist_pages * p.hist_page_bytes;
+  p.seqs_at_ctx = std::min<int64_t>((p.fp_pages - (g.has_history() ? transient : 0)) / fp_per_seq,
                                     hist_per_seq > 0 ? p.hist_pages / hist_per_seq : INT64_MAX);
   return p;
 }
@@ -136,11 +104,6 @@ KvPages DeviceRunner::pages_for_length(int64_t t) const {
 
 KvPages DeviceRunner::free_pages() const {
   const auto p = dm_->cache().free_pages();
-  return {p.fp, p.hist};
-}
-
-KvPages DeviceRunner::total_pages() const {
-  const auto p = dm_->cache().total_pages();
   return {p.fp, p.hist};
 }
 

@@ -15,7 +15,7 @@ namespace oscar {
 struct DeviceKvPlan {
   int64_t fp_pages = 0, hist_pages = 0;
   int64_t fp_page_bytes = 0, hist_page_bytes = 0;
-  int64_t fp_page_tokens = 16, hist_page_tokens = 64;
+  int64_t fp_page_tokens = 0, hist_page_tokens = 0;
   int64_t bytes = 0;
   int64_t seqs_at_ctx = 0;  // sequences of ctx tokens that fit at once
 };
@@ -38,7 +38,6 @@ class DeviceRunner final : public engine::Runner {
   KvPages append_need(SeqId seq, int64_t n) const override;
   KvPages pages_for_length(int64_t t) const override;
   KvPages free_pages() const override;
-  KvPages total_pages() const override;
   engine::KvPageBytes page_bytes() const override;
   KvSegmentUsage usage() const override;
   int64_t kv_bytes(SeqId seq) const override { return int64_t(dm_->cache().bytes_for_length(length(seq))); }
@@ -46,8 +45,6 @@ class DeviceRunner final : public engine::Runner {
   void register_prefix(SeqId, std::span<const int32_t>) override {}
   PrefixCacheStats prefix_stats() const override { return {}; }
   void run(const engine::Batch& batch, std::vector<float>& logits) override;
-
-  size_t weight_bytes() const { return dm_->weight_bytes(); }
 
  private:
   std::unique_ptr<cuda::DeviceModel> dm_;

@@ -19,7 +19,6 @@ class CpuRunner final : public Runner {
   KvPages append_need(SeqId seq, int64_t n) const override { return cache_.reserve_need(seq, n); }
   KvPages pages_for_length(int64_t t) const override { return cache_.pages_for_length(t); }
   KvPages free_pages() const override { return cache_.free_pages(); }
-  KvPages total_pages() const override { return cache_.total_pages(); }
   KvPageBytes page_bytes() const override { return {cache_.fp_page_bytes(), cache_.history_page_bytes()}; }
   KvSegmentUsage usage() const override { return cache_.segment_usage(); }
   int64_t kv_bytes(SeqId seq) const override { return cache_.bytes_used(seq); }

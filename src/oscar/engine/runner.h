@@ -34,7 +34,6 @@ class Runner {
   virtual KvPages append_need(SeqId seq, int64_t n) const = 0;  // pages that appending n tokens takes now
   virtual KvPages pages_for_length(int64_t t) const = 0;       // pages a sequence of length t holds
   virtual KvPages free_pages() const = 0;
-  virtual KvPages total_pages() const = 0;
   virtual KvPageBytes page_bytes() const = 0;
   virtual KvSegmentUsage usage() const = 0;
   // Bytes of KV data a sequence holds (codes, scales, fp rows), for bits-per-element reports.
