@@ -8,6 +8,7 @@
 
 #include "oscar/core/error.h"
 #include "oscar/cuda_engine/device_model_loader.h"
+#include "oscar/engine/kv_budget.h"
 
 namespace oscar {
 
@@ -41,19 +42,19 @@ DeviceKvPlan plan_device_kv(const Transformer& t, int64_t budget_bytes, int max_
   fp_per_seq += 1;  // a step's new page comes before the released one goes
   const int64_t hist_per_seq = g.hist_pages_for_length(ctx);
   const int64_t transient = 1024 / p.fp_page_tokens + 3;  // one prefill launch of 1024 tokens holds its pages
-  const int64_t seq_bytes = fp_per_seq * p.fp_page_bytes + hist_per_seq * p.hist_page_bytes;
-  if (budget_bytes <= 0) budget_bytes = max_seqs * seq_bytes + transient * p.fp_page_bytes;
-  const int64_t n = std::clamp<int64_t>((budget_bytes - transient * p.fp_page_bytes) / seq_bytes, 0, max_seqs);
-  if (n < 1)
+  const engine::KvBudgetSplit split = engine::split_kv_budget(
+      budget_bytes, {fp_per_seq, hist_per_seq}, {p.fp_page_bytes, p.hist_page_bytes}, transient, max_seqs);
+  if (split.n_seqs < 1)
     fail("a KV budget of {:.1f} MiB cannot hold one sequence of {} tokens on the GPU ({:.1f} MiB): raise --kv-mem or "
-         "lower -c", double(budget_bytes) / (1 << 20), ctx, double(seq_bytes + transient * p.fp_page_bytes) / (1 << 20));
+         "lower -c", double(split.budget_bytes) / (1 << 20), ctx,
+         double((fp_per_seq + transient) * p.fp_page_bytes + hist_per_seq * p.hist_page_bytes) / (1 << 20));
   if (!g.has_history()) {
-    p.fp_pages = budget_bytes / p.fp_page_bytes;
-  } else {  // fp pages for n sequences' windows (all their tokens where a layer keeps BF16), the rest history
-    p.fp_pages = n * fp_per_seq + transient;
+    p.fp_pages = split.budget_bytes / p.fp_page_bytes;
+  } else {  // fp pages for the windows of the sequences that fit (all their tokens where a layer keeps BF16)
+    p.fp_pages = split.pages.fp;
     // At least one: the device allocates each layer's history pool from this count, and
     // its step kernels need one even where no sequence reaches history (ctx ≤ S + W).
-    p.hist_pages = std::max<int64_t>(1, (budget_bytes - p.fp_pages * p.fp_page_bytes) / p.hist_page_bytes);
+    p.hist_pages = std::max<int64_t>(1, split.pages.history);
   }
   p.bytes = p.fp_pages * p.fp_page_bytes + p.hist_pages * p.hist_page_bytes;
   p.seqs_at_ctx = std::min<int64_t>((p.fp_pages - (g.has_history() ? transient : 0)) / fp_per_seq,

@@ -21,6 +21,18 @@ KvPages per_sequence(const KvCache& c, int64_t t) {
 }
 }  // namespace
 
+KvBudgetSplit split_kv_budget(int64_t budget_bytes, KvPages per_seq, KvPageBytes page_bytes, int64_t transient,
+                              int max_seqs) {
+  KvBudgetSplit s;
+  const int64_t seq_bytes = per_seq.fp * page_bytes.fp + per_seq.history * page_bytes.history;
+  s.budget_bytes = budget_bytes > 0 ? budget_bytes : int64_t(max_seqs) * seq_bytes + transient * page_bytes.fp;
+  s.n_seqs = std::clamp<int64_t>((s.budget_bytes - transient * page_bytes.fp) / seq_bytes, 0, max_seqs);
+  s.pages.fp = s.n_seqs * per_seq.fp + transient;
+  if (page_bytes.history > 0)
+    s.pages.history = std::max<int64_t>(0, s.budget_bytes - s.pages.fp * page_bytes.fp) / page_bytes.history;
+  return s;
+}
+
 KvPlan plan_kv_cache(const Transformer& model, int64_t budget_bytes, int max_seqs, int64_t ctx, int64_t step_tokens) {
   OSCAR_CHECK(max_seqs > 0 && ctx > 0 && step_tokens > 0, "bad KV plan inputs");
   const KvCache probe = probe_cache(model);
@@ -35,18 +47,13 @@ KvPlan plan_kv_cache(const Transformer& model, int64_t budget_bytes, int max_seq
   if (probe.spec().quantized()) plan.per_seq.fp += 1;
   const int64_t transient = ceil_div(std::min<int64_t>(step_tokens, 128), block) + 1;
   const bool quantized = plan.history_page_bytes > 0;
-  if (budget_bytes <= 0)
-    budget_bytes = (int64_t(max_seqs) * plan.per_seq.fp + transient) * plan.fp_page_bytes +
-                   int64_t(max_seqs) * plan.per_seq.history * plan.history_page_bytes;
-  if (!quantized) {
-    plan.pages.fp = budget_bytes / plan.fp_page_bytes;
+  const KvBudgetSplit split =
+      split_kv_budget(budget_bytes, plan.per_seq, {plan.fp_page_bytes, plan.history_page_bytes}, transient, max_seqs);
+  budget_bytes = split.budget_bytes;
+  if (quantized) {
+    plan.pages = split.pages;
   } else {
-    // As many whole sequences as the budget holds (at most max_seqs) get their fp windows;
-    // every other byte becomes history pages.
-    const int64_t seq_bytes = plan.per_seq.fp * plan.fp_page_bytes + plan.per_seq.history * plan.history_page_bytes;
-    const int64_t n = std::clamp<int64_t>((budget_bytes - transient * plan.fp_page_bytes) / seq_bytes, 1, max_seqs);
-    plan.pages.fp = std::min(budget_bytes / plan.fp_page_bytes, n * plan.per_seq.fp + transient);
-    plan.pages.history = std::max<int64_t>(0, budget_bytes - plan.pages.fp * plan.fp_page_bytes) / plan.history_page_bytes;
+    plan.pages.fp = budget_bytes / plan.fp_page_bytes;
   }
   plan.bytes = plan.pages.fp * plan.fp_page_bytes + plan.pages.history * plan.history_page_bytes;
   const int64_t need_fp = plan.per_seq.fp + (quantized ? transient : 0);

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 
+#include "oscar/engine/runner.h"
 #include "oscar/kv/kv_cache.h"
 #include "oscar/model/transformer.h"
 
@@ -17,6 +18,18 @@ struct KvPlan {
   int64_t bytes = 0;          // pages × page bytes
   KvPages per_seq;            // pages one sequence of ctx tokens holds (fp: its most at any length)
 };
+
+// The split both devices' plans make for a quantized cache: fp pages for the windows of
+// as many whole sequences (per_seq pages each) as the budget holds, at most max_seqs, plus
+// `transient` fp pages; every other byte becomes history pages. budget_bytes ≤ 0: room for
+// max_seqs such sequences. n_seqs = 0 when not even one fits.
+struct KvBudgetSplit {
+  int64_t budget_bytes = 0;  // the budget used (the default filled in)
+  int64_t n_seqs = 0;
+  KvPages pages;
+};
+KvBudgetSplit split_kv_budget(int64_t budget_bytes, KvPages per_seq, KvPageBytes page_bytes, int64_t transient,
+                              int max_seqs);
 
 // budget_bytes ≤ 0: room for max_seqs sequences of ctx tokens. Throws oscar::Error when
 // the budget cannot hold one sequence of ctx tokens.
