@@ -111,7 +111,6 @@ void Scheduler::intake() {
     auto a = std::make_unique<Active>(std::move(r), next_order_++);
     if (a->tokens.empty() || int64_t(a->tokens.size()) >= config_.ctx) {
       finish(*a, "error", fmt::format("prompt has {} tokens; the context is {}", a->tokens.size(), config_.ctx));
-      done_.push_back(std::move(a));
       continue;
     }
     waiting_.push_back(std::move(a));
@@ -126,11 +125,16 @@ void Scheduler::reap_cancelled() {
   remove_finished();
 }
 
-void Scheduler::preempt(Active& a) {
-  runner_.free_sequence(a.seq);
-  a.seq = -1;
-  a.cached = 0;
+void Scheduler::preempt_newest() {
+  std::unique_ptr<Active> a = std::move(running_.back());
+  running_.pop_back();
+  runner_.free_sequence(a->seq);
+  a->seq = -1;
+  a->cached = 0;
   metrics_.count_preemption();
+  // Back in the queue at its arrival: admission stays first come first served.
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) { return w->order > a->order; });
+  waiting_.insert(pos, std::move(a));
 }
 
 bool Scheduler::schedule() {
@@ -144,11 +148,7 @@ bool Scheduler::schedule() {
     for (auto& a : running_)
       if (a->pending() == 1) add_pages(need, runner_.append_need(a->seq, 1));
     if (fits(need, {}, runner_.free_pages()) || running_.size() <= 1) break;
-    std::unique_ptr<Active> newest = std::move(running_.back());
-    running_.pop_back();
-    preempt(*newest);
-    auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) { return w->order > newest->order; });
-    waiting_.insert(pos, std::move(newest));
+    preempt_newest();
   }
   const KvPages free = runner_.free_pages();
   KvPages planned;
@@ -210,12 +210,7 @@ bool Scheduler::schedule() {
   }
   running_max_ = std::max<int64_t>(running_max_, int64_t(running_.size()));
   // 4. Nothing fits although sequences are prefilling: the newest gives its pages back.
-  if (parts_.empty() && running_.size() > 1) {
-    std::unique_ptr<Active> newest = std::move(running_.back());
-    running_.pop_back();
-    preempt(*newest);
-    waiting_.push_front(std::move(newest));
-  }
+  if (parts_.empty() && running_.size() > 1) preempt_newest();
   for (const Part& p : parts_) batch_.add(p.a->seq, p.a->cached, std::span<const int32_t>(p.a->tokens).subspan(size_t(p.a->cached), size_t(p.n)));
   return !parts_.empty();
 }
@@ -323,7 +318,6 @@ void Scheduler::remove_finished() {
   auto gone = [](const std::unique_ptr<Active>& a) { return !a->req; };
   running_.erase(std::remove_if(running_.begin(), running_.end(), gone), running_.end());
   waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), gone), waiting_.end());
-  done_.clear();
 }
 
 void Scheduler::publish() {

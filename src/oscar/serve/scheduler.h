@@ -82,7 +82,7 @@ class Scheduler {
   void run_step();
   void postprocess(Active& a, const float* logits);
   void finish(Active& a, const std::string& reason, const std::string& error = "");
-  void preempt(Active& a);
+  void preempt_newest();  // running_'s newest back to the queue, its pages freed
   void remove_finished();
   void publish();
   TokenLogprob logprob_of(const float* logits, int32_t id, int top) const;
@@ -101,7 +101,6 @@ class Scheduler {
   // Engine thread only.
   std::deque<std::unique_ptr<Active>> waiting_;
   std::vector<std::unique_ptr<Active>> running_;
-  std::vector<std::unique_ptr<Active>> done_;
   uint64_t next_order_ = 0;
   int64_t running_max_ = 0;
   engine::Batch batch_;
