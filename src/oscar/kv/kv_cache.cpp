@@ -179,9 +179,8 @@ bool KvCache::can_reserve(SeqId seq, int64_t n) const {
 }
 
 bool KvCache::reserve(SeqId seq, int64_t n) {
-  if (!can_reserve(seq, n)) return false;
-  const KvPages need = reserve_need(seq, n);
-  if (!evict_for(need)) return false;
+  const KvPages need = reserve_need(seq, n), free = free_pages();
+  if (need.fp > free.fp || need.history > free.history || !evict_for(need)) return false;
   Sequence& s = seq_ref(seq);
   for (int64_t i = 0; i < need.fp; ++i) s.blocks.push_back(fp_alloc_.allocate());
   for (int64_t i = 0; i < need.history; ++i) s.q_blocks.push_back(q_alloc_.allocate());

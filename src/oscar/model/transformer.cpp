@@ -92,19 +92,8 @@ void Transformer::forward(KvCache& cache, SeqId seq, std::span<const int32_t> to
   const int64_t n = int64_t(tokens.size()), E = c.n_embd;
   OSCAR_CHECK(n > 0, "forward needs at least one token");
   OSCAR_CHECK(logits_from >= 0 && logits_from < n, "logits_from {} outside [0, {})", logits_from, n);
-  check_cache(cache);
-  const int64_t pos0 = cache.length(seq);
-  if (!cache.reserve(seq, n))
-    fail("KV cache full: sequence at {} tokens cannot take {} more ({} tokens free)", pos0, n, cache.free_tokens());
-  spans_.assign(1, RowSpan{seq, 0, n, pos0});
-  n_rows_ = n;
-  n_decode_rows_ = n == 1 ? 1 : 0;
-  x_.resize(size_t(n * E));
-  for (int64_t t = 0; t < n; ++t) {
-    const int32_t id = tokens[size_t(t)];
-    if (id < 0 || id >= c.n_vocab) fail("token id {} out of range [0, {})", id, c.n_vocab);
-    std::copy_n(w_.token_embd.data() + int64_t(id) * E, E, x_.data() + t * E);
-  }
+  const SeqTokens one[1] = {SeqTokens{seq, tokens}};
+  begin_pass(cache, one);
   run_layers(cache);
   cache.commit(seq, n);
 
@@ -117,23 +106,40 @@ void Transformer::forward(KvCache& cache, SeqId seq, std::span<const int32_t> to
 void Transformer::forward_batch(KvCache& cache, std::span<const SeqTokens> seqs, std::vector<float>& logits) {
   const ModelConfig& c = config();
   const int64_t E = c.n_embd;
-  OSCAR_CHECK(!seqs.empty(), "forward_batch needs at least one sequence");
+  const std::vector<int64_t> last_row = begin_pass(cache, seqs);
+  run_layers(cache);
+  for (const RowSpan& sp : spans_) cache.commit(sp.seq, sp.n);
+
+  const int64_t B = int64_t(seqs.size());
+  std::vector<float> last(size_t(B * E));
+  for (int64_t i = 0; i < B; ++i) std::copy_n(x_.data() + last_row[size_t(i)] * E, E, last.data() + i * E);
+  rmsnorm(last.data(), w_.output_norm.data(), h_.data(), B, E, c.rms_eps);
+  logits.resize(size_t(B * c.n_vocab));
+  matmul_decode(h_.data(), w_.output_matrix(), nullptr, logits.data(), B, E, c.n_vocab);
+}
+
+std::vector<int64_t> Transformer::begin_pass(KvCache& cache, std::span<const SeqTokens> seqs) {
+  const ModelConfig& c = config();
+  const int64_t E = c.n_embd;
+  OSCAR_CHECK(!seqs.empty(), "a forward pass needs at least one sequence");
   check_cache(cache);
-  // Every sequence's pages up front, checked together: a batch either runs whole or not at all.
+  // Every sequence's pages up front, checked together: a pass either runs whole or not at all.
   KvPages need;
+  int64_t n_tokens = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    OSCAR_CHECK(!seqs[i].tokens.empty(), "sequence {} has no tokens in the batch", seqs[i].seq);
+    OSCAR_CHECK(!seqs[i].tokens.empty(), "sequence {} has no tokens in the pass", seqs[i].seq);
     for (size_t j = 0; j < i; ++j) OSCAR_CHECK(seqs[j].seq != seqs[i].seq, "sequence {} twice in a batch", seqs[i].seq);
     for (int32_t id : seqs[i].tokens)
       if (id < 0 || id >= c.n_vocab) fail("token id {} out of range [0, {})", id, c.n_vocab);
     const KvPages p = cache.reserve_need(seqs[i].seq, int64_t(seqs[i].tokens.size()));
+    n_tokens += int64_t(seqs[i].tokens.size());
     need.fp += p.fp;
     need.history += p.history;
   }
   const KvPages free = cache.free_pages();
   if (need.fp > free.fp || need.history > free.history)
-    fail("KV cache full: the batch needs {} fp and {} history pages, {} and {} are free", need.fp, need.history,
-         free.fp, free.history);
+    fail("KV cache full: {} new tokens need {} fp and {} history pages, {} and {} are free", n_tokens, need.fp,
+         need.history, free.fp, free.history);
   // Decode spans first so that their rows form one block for matmul_decode.
   std::vector<size_t> order(seqs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -148,23 +154,14 @@ void Transformer::forward_batch(KvCache& cache, std::span<const SeqTokens> seqs,
     n_rows_ += n;
     last_row[i] = n_rows_ - 1;
   }
-  for (size_t i = 0; i < seqs.size(); ++i) OSCAR_CHECK(cache.reserve(seqs[i].seq, int64_t(seqs[i].tokens.size())), "reserve after check");
+  for (const SeqTokens& st : seqs) OSCAR_CHECK(cache.reserve(st.seq, int64_t(st.tokens.size())), "reserve after check");
   x_.resize(size_t(n_rows_ * E));
   for (size_t k = 0; k < spans_.size(); ++k) {
     const SeqTokens& st = seqs[order[k]];
     for (int64_t t = 0; t < spans_[k].n; ++t)
       std::copy_n(w_.token_embd.data() + int64_t(st.tokens[size_t(t)]) * E, E, x_.data() + (spans_[k].row0 + t) * E);
   }
-  run_layers(cache);
-  for (const RowSpan& sp : spans_) cache.commit(sp.seq, sp.n);
-
-  const int64_t B = int64_t(seqs.size());
-  h_.resize(size_t(std::max(n_rows_, B) * E));
-  std::vector<float> last(size_t(B * E));
-  for (int64_t i = 0; i < B; ++i) std::copy_n(x_.data() + last_row[size_t(i)] * E, E, last.data() + i * E);
-  rmsnorm(last.data(), w_.output_norm.data(), h_.data(), B, E, c.rms_eps);
-  logits.resize(size_t(B * c.n_vocab));
-  matmul_decode(h_.data(), w_.output_matrix(), nullptr, logits.data(), B, E, c.n_vocab);
+  return last_row;
 }
 
 void Transformer::run_layers(KvCache& cache) {

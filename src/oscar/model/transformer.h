@@ -83,6 +83,10 @@ class Transformer {
     int64_t row0 = 0, n = 0, pos0 = 0;
   };
   void check_cache(const KvCache& cache) const;
+  // What forward and forward_batch share: checks the tokens, reserves every sequence's pages
+  // (all or none), lays the rows out in spans_ (decode spans first) and embeds them into x_.
+  // Returns each sequence's last row, in the order given.
+  std::vector<int64_t> begin_pass(KvCache& cache, std::span<const SeqTokens> seqs);
   void run_layers(KvCache& cache);
   void attention_block(KvCache& cache, int layer);
   void mlp_block(int layer);
