@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <tuple>
+
 namespace oscar::serve {
 
 void Metrics::count_request(int status) {
@@ -64,18 +66,19 @@ std::string Metrics::render() const {
     out += fmt::format("oscar_kv_pages_used{{segment=\"{}\"}} {}\n", name, pages_bytes.first);
     out += fmt::format("oscar_kv_bytes_used{{segment=\"{}\"}} {}\n", name, pages_bytes.first * pages_bytes.second);
   }
+  // Pages and bytes of each pool for one metric pair.
+  auto per_pool = [&](const char* what, int64_t fp_pages, int64_t history_pages) {
+    for (const auto& [pool, pages, bytes] : {std::tuple{"fp", fp_pages, pb.fp}, std::tuple{"history", history_pages, pb.history}}) {
+      out += fmt::format("oscar_kv_pages_{}{{pool=\"{}\"}} {}\n", what, pool, pages);
+      out += fmt::format("oscar_kv_bytes_{}{{pool=\"{}\"}} {}\n", what, pool, pages * bytes);
+    }
+  };
   head("oscar_kv_pages_cached", "gauge", "KV pages only the prefix cache holds (evicted LRU when needed), by pool");
   head("oscar_kv_bytes_cached", "gauge", "KV bytes only the prefix cache holds, by pool");
-  out += fmt::format("oscar_kv_pages_cached{{pool=\"fp\"}} {}\n", kv.cached_fp_pages);
-  out += fmt::format("oscar_kv_bytes_cached{{pool=\"fp\"}} {}\n", kv.cached_fp_pages * pb.fp);
-  out += fmt::format("oscar_kv_pages_cached{{pool=\"history\"}} {}\n", kv.cached_history_pages);
-  out += fmt::format("oscar_kv_bytes_cached{{pool=\"history\"}} {}\n", kv.cached_history_pages * pb.history);
+  per_pool("cached", kv.cached_fp_pages, kv.cached_history_pages);
   head("oscar_kv_pages_free", "gauge", "free KV pages, by pool");
   head("oscar_kv_bytes_free", "gauge", "free KV bytes, by pool");
-  out += fmt::format("oscar_kv_pages_free{{pool=\"fp\"}} {}\n", kv.fp_free_pages);
-  out += fmt::format("oscar_kv_bytes_free{{pool=\"fp\"}} {}\n", kv.fp_free_pages * pb.fp);
-  out += fmt::format("oscar_kv_pages_free{{pool=\"history\"}} {}\n", kv.history_free_pages);
-  out += fmt::format("oscar_kv_bytes_free{{pool=\"history\"}} {}\n", kv.history_free_pages * pb.history);
+  per_pool("free", kv.fp_free_pages, kv.history_free_pages);
   head("oscar_prefix_cache_queries_total", "counter", "full prompt blocks looked up in the prefix cache");
   out += fmt::format("oscar_prefix_cache_queries_total {}\n", engine_.prefix_queries);
   head("oscar_prefix_cache_hits_total", "counter", "full prompt blocks found in the prefix cache");
