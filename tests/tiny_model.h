@@ -3,6 +3,9 @@
 #pragma once
 #include <cstdint>
 
+#include <string>
+
+#include "oscar/kv/kv_spec.h"
 #include "oscar/model/model_weights.h"
 #include "test_util.h"
 
@@ -51,6 +54,17 @@ inline ModelWeights tiny_model(bool qwen2_bias, uint64_t seed, int n_layers = 2,
     w.layers.push_back(std::move(lw));
   }
   return w;
+}
+
+// A KV type with a test's windows and group (short windows put tiny sequences into history
+// quickly); group 0 keeps the type's own.
+inline KvSpec tiny_kv_spec(const std::string& kv, int sink, int recent, int group = 0) {
+  KvSpec s = KvSpec::parse(kv);
+  s.sink = sink;
+  s.recent = recent;
+  if (group > 0) s.group = group;
+  s.validate();
+  return s;
 }
 
 }  // namespace oscar::test

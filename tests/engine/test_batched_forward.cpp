@@ -18,14 +18,8 @@
 namespace oscar {
 namespace {
 
-KvSpec spec_of(const std::string& kv) {
-  KvSpec s = KvSpec::parse(kv);
-  s.sink = 4;     // short windows: most of a 60-token sequence is history
-  s.recent = 8;
-  s.group = 16;
-  s.validate();
-  return s;
-}
+// Short windows: most of a 60-token sequence is history.
+KvSpec spec_of(const std::string& kv) { return test::tiny_kv_spec(kv, 4, 8, 16); }
 
 std::vector<int32_t> tokens(uint64_t seed, size_t n) {
   std::vector<int32_t> t(n);

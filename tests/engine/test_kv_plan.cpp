@@ -15,11 +15,7 @@ namespace {
 
 Transformer tiny(const std::string& kv, int sink = 4, int recent = 8) {
   Transformer t(test::tiny_model(false, 5, 2, 64));
-  KvSpec s = KvSpec::parse(kv);
-  s.sink = sink;
-  s.recent = recent;
-  s.validate();
-  t.configure_kv(s);
+  t.configure_kv(test::tiny_kv_spec(kv, sink, recent));
   return t;
 }
 

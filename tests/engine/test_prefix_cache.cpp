@@ -21,12 +21,7 @@ namespace {
 
 Transformer tiny(const std::string& kv) {
   Transformer t(test::tiny_model(true, 21, 2, 32));
-  KvSpec s = KvSpec::parse(kv);
-  s.sink = 16;
-  s.recent = 32;
-  s.group = 32;
-  s.validate();
-  t.configure_kv(s);
+  t.configure_kv(test::tiny_kv_spec(kv, 16, 32, 32));
   return t;
 }
 

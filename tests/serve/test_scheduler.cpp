@@ -21,12 +21,7 @@ using test::tiny_tokenizer;
 
 Transformer tiny(const std::string& kv) {
   Transformer t(test::tiny_model(true, 11, 2, 16));
-  KvSpec s = KvSpec::parse(kv);
-  s.sink = 4;
-  s.recent = 8;
-  s.group = 16;
-  s.validate();
-  t.configure_kv(s);
+  t.configure_kv(test::tiny_kv_spec(kv, 4, 8, 16));
   return t;
 }
 
