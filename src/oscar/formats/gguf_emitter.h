@@ -7,6 +7,8 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "oscar/core/error.h"
 #include "oscar/formats/gguf.h"
@@ -86,5 +88,36 @@ class Emitter {
   Sink sink_;
   uint64_t written_ = 0;
 };
+
+// A tensor a writer is given: 1..4 dimensions, a known type, a byte size that does not
+// overflow (throws oscar::Error naming the tensor); returns that byte size.
+uint64_t checked_tensor_bytes(const std::string& name, GgmlType type, const std::vector<uint64_t>& ne);
+
+// Magic, version 3, counts, metadata in order, and the tensor infos (each offset from the
+// data section, every tensor's data padded to `alignment`, of bytes_of(t) bytes), padded
+// to the alignment: everything before the first tensor's data.
+template <typename Tensors, typename BytesOf>
+void emit_header(Emitter& out, const std::vector<std::pair<std::string, Value>>& kv, const Tensors& tensors,
+                 uint64_t alignment, BytesOf bytes_of) {
+  out.bytes("GGUF", 4);
+  out.put<uint32_t>(3);
+  out.put<uint64_t>(tensors.size());
+  out.put<uint64_t>(kv.size());
+  for (const auto& [key, v] : kv) {
+    out.string(key);
+    out.put<uint32_t>(uint32_t(v.type));
+    out.value(v, v.type, key);
+  }
+  uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    out.string(t.name);
+    out.put<uint32_t>(uint32_t(t.ne.size()));
+    for (uint64_t d : t.ne) out.put<uint64_t>(d);
+    out.put<uint32_t>(uint32_t(t.type));
+    out.put<uint64_t>(offset);
+    offset = align_up(offset + bytes_of(t), alignment);
+  }
+  out.pad_to(alignment);
+}
 
 }  // namespace oscar::gguf::detail

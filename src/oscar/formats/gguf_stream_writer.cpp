@@ -1,23 +1,18 @@
-// The layout is GgufWriter's (gguf_writer.cpp): magic, version 3, counts, metadata,
+// The layout is GgufWriter's (the header from gguf_emitter.h): magic, version 3, counts, metadata,
 // tensor infos with offsets relative to the data section, padding, then each tensor's
 // data padded to the alignment. Offsets are known up front because every tensor's size
 // is declared before begin(), which is what lets the data follow as a stream.
 #include "oscar/formats/gguf_stream_writer.h"
 
-#include <fmt/ranges.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <limits>
 
 #include "oscar/core/error.h"
 
 namespace oscar::gguf {
 namespace {
-
-using detail::align_up;
 
 Value string_value(std::string s) {
   Value v;
@@ -94,20 +89,9 @@ void GgufStreamWriter::set_i32_array(std::string key, const std::vector<int32_t>
 
 uint64_t GgufStreamWriter::add_tensor(std::string name, GgmlType type, std::vector<uint64_t> ne) {
   if (began_) fail("GGUF writer: tensor '{}' declared after begin()", name);
-  if (ne.empty() || ne.size() > 4) fail("GGUF writer: tensor '{}': {} dimensions (must be 1..4)", name, ne.size());
-  if (!ggml_type_known(uint32_t(type))) fail("GGUF writer: tensor '{}': unknown type {}", name, uint32_t(type));
+  const uint64_t n_bytes = detail::checked_tensor_bytes(name, type, ne);
   if (std::any_of(tensors_.begin(), tensors_.end(), [&](const TensorDecl& t) { return t.name == name; }))
     fail("GGUF writer: duplicate tensor '{}'", name);
-  uint64_t n = 1;
-  for (uint64_t d : ne) {
-    if (d == 0 || d > uint64_t(std::numeric_limits<int64_t>::max()) / n)
-      fail("GGUF writer: tensor '{}': bad dimension {} in [{}]", name, d, fmt::join(ne, ", "));
-    n *= d;
-  }
-  const uint64_t row_bytes = ggml_row_bytes(type, int64_t(ne[0])), rows = n / ne[0];
-  if (row_bytes != 0 && rows > std::numeric_limits<uint64_t>::max() / row_bytes)
-    fail("GGUF writer: tensor '{}': byte size overflows", name);
-  const uint64_t n_bytes = row_bytes * rows;
   tensors_.push_back({std::move(name), type, std::move(ne), n_bytes});
   return n_bytes;
 }
@@ -133,25 +117,7 @@ void GgufStreamWriter::begin() {
     fail("cannot write '{}': it exists and is not a regular file", path_);
   file_ = std::fopen(tmp_path_.c_str(), "wb");
   if (!file_) fail("cannot create '{}': {}", tmp_path_, std::strerror(errno));
-  out_.bytes("GGUF", 4);
-  out_.put<uint32_t>(3);
-  out_.put<uint64_t>(tensors_.size());
-  out_.put<uint64_t>(kv_.size());
-  for (const auto& [key, v] : kv_) {
-    out_.string(key);
-    out_.put<uint32_t>(uint32_t(v.type));
-    out_.value(v, v.type, key);
-  }
-  uint64_t offset = 0;
-  for (const TensorDecl& t : tensors_) {
-    out_.string(t.name);
-    out_.put<uint32_t>(uint32_t(t.ne.size()));
-    for (uint64_t d : t.ne) out_.put<uint64_t>(d);
-    out_.put<uint32_t>(uint32_t(t.type));
-    out_.put<uint64_t>(offset);
-    offset = align_up(offset + t.n_bytes, alignment_);
-  }
-  out_.pad_to(alignment_);
+  detail::emit_header(out_, kv_, tensors_, alignment_, [](const TensorDecl& t) { return t.n_bytes; });
 }
 
 void GgufStreamWriter::write_data(const void* data, size_t n) {

@@ -14,7 +14,6 @@
 namespace oscar::gguf {
 namespace {
 
-using detail::align_up;
 using detail::Emitter;
 
 constexpr uint64_t max_alignment = uint64_t(1) << 30;
@@ -32,6 +31,21 @@ Value scalar_u(ValueType t, uint64_t u) {
 }
 
 }  // namespace
+
+uint64_t detail::checked_tensor_bytes(const std::string& name, GgmlType type, const std::vector<uint64_t>& ne) {
+  if (ne.empty() || ne.size() > 4) fail("GGUF writer: tensor '{}': {} dimensions (must be 1..4)", name, ne.size());
+  if (!ggml_type_known(uint32_t(type))) fail("GGUF writer: tensor '{}': unknown type {}", name, uint32_t(type));
+  uint64_t n = 1;
+  for (uint64_t d : ne) {
+    if (d == 0 || d > uint64_t(std::numeric_limits<int64_t>::max()) / n)
+      fail("GGUF writer: tensor '{}': bad dimension {} in [{}]", name, d, fmt::join(ne, ", "));
+    n *= d;
+  }
+  const uint64_t row_bytes = ggml_row_bytes(type, int64_t(ne[0])), rows = n / ne[0];
+  if (row_bytes != 0 && rows > std::numeric_limits<uint64_t>::max() / row_bytes)
+    fail("GGUF writer: tensor '{}': byte size overflows", name);
+  return row_bytes * rows;
+}
 
 void GgufWriter::set(std::string key, Value v) {
   if (key == "general.alignment") {
@@ -95,20 +109,9 @@ void GgufWriter::set_alignment(uint64_t a) {
 }
 
 void GgufWriter::add_tensor(std::string name, GgmlType type, std::vector<uint64_t> ne, std::vector<uint8_t> data) {
-  if (ne.empty() || ne.size() > 4) fail("GGUF writer: tensor '{}': {} dimensions (must be 1..4)", name, ne.size());
-  if (!ggml_type_known(uint32_t(type))) fail("GGUF writer: tensor '{}': unknown type {}", name, uint32_t(type));
+  const uint64_t expected = detail::checked_tensor_bytes(name, type, ne);
   for (const PendingTensor& t : tensors_)
     if (t.name == name) fail("GGUF writer: duplicate tensor '{}'", name);
-  uint64_t n = 1;
-  for (uint64_t d : ne) {
-    if (d == 0 || d > uint64_t(std::numeric_limits<int64_t>::max()) / n)
-      fail("GGUF writer: tensor '{}': bad dimension {}", name, d);
-    n *= d;
-  }
-  const uint64_t row_bytes = ggml_row_bytes(type, int64_t(ne[0])), rows = n / ne[0];
-  if (row_bytes != 0 && rows > std::numeric_limits<uint64_t>::max() / row_bytes)
-    fail("GGUF writer: tensor '{}': byte size overflows", name);
-  const uint64_t expected = row_bytes * rows;
   if (data.size() != expected)
     fail("GGUF writer: tensor '{}': {} bytes of data, but {} {} needs {}", name, data.size(), ggml_type_name(type),
          fmt::join(ne, "x"), expected);
@@ -127,25 +130,7 @@ namespace {
 template <typename Tensors>
 void emit_file(Emitter& out, const std::vector<std::pair<std::string, Value>>& kv, const Tensors& tensors,
                uint64_t alignment) {
-  out.bytes("GGUF", 4);
-  out.put<uint32_t>(3);
-  out.put<uint64_t>(tensors.size());
-  out.put<uint64_t>(kv.size());
-  for (const auto& [key, v] : kv) {
-    out.string(key);
-    out.put<uint32_t>(uint32_t(v.type));
-    out.value(v, v.type, key);
-  }
-  uint64_t offset = 0;
-  for (const auto& t : tensors) {
-    out.string(t.name);
-    out.put<uint32_t>(uint32_t(t.ne.size()));
-    for (uint64_t d : t.ne) out.put<uint64_t>(d);
-    out.put<uint32_t>(uint32_t(t.type));
-    out.put<uint64_t>(offset);
-    offset = align_up(offset + t.data.size(), alignment);
-  }
-  out.pad_to(alignment);
+  detail::emit_header(out, kv, tensors, alignment, [](const auto& t) { return uint64_t(t.data.size()); });
   for (const auto& t : tensors) {
     out.bytes(t.data.data(), t.data.size());
     out.pad_to(alignment);
