@@ -115,7 +115,8 @@ class MetricsPoller(threading.Thread):
         if r.status_code != 200:
             return {}
         out = {}
-        for m in re.finditer(r"^(oscar_requests_running|oscar_preemptions_total) (\S+)$", r.text, re.M):
+        for m in re.finditer(r"^(oscar_requests_running|oscar_preemptions_total|oscar_engine_steps_total|"
+                             r"oscar_engine_seconds_total\{part=\"(?:forward|host)\"\}) (\S+)$", r.text, re.M):
             out[m.group(1)] = float(m.group(2))
         return out
 
@@ -139,7 +140,7 @@ def run_one(client, args, prompt, deadline):
     else:
         path = "/v1/completions"
         body["prompt"] = prompt
-    res = {"ttft": None, "gaps": [], "chunks": 0, "usage": None, "error": None}
+    res = {"ttft": None, "gaps": [], "times": [], "chunks": 0, "usage": None, "error": None}
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         res["error"] = "deadline before send"
@@ -179,6 +180,7 @@ def run_one(client, args, prompt, deadline):
                     else:
                         res["gaps"].append(now - t_last)
                     t_last = now
+                    res["times"].append(now)
                     res["chunks"] += 1
     except (httpx.HTTPError, json.JSONDecodeError) as e:
         res["error"] = f"{type(e).__name__}: {e}"[:200]
@@ -186,6 +188,19 @@ def run_one(client, args, prompt, deadline):
     if not done:
         res["error"] = "stream ended without [DONE]"
     return res
+
+
+def full_batch_window(results):
+    """(tokens/s, seconds, ITL p50 ms) over [last first token, first last token] across streams."""
+    if not results or any(len(r["times"]) < 2 for r in results):
+        return None
+    start = max(r["times"][0] for r in results)
+    end = min(r["times"][-1] for r in results)
+    if end - start < 1.0:  # under a second says nothing steady
+        return None
+    tokens = sum(sum(1 for t in r["times"] if start < t <= end) for r in results)
+    gaps = [(b - a) * 1e3 for r in results for a, b in zip(r["times"], r["times"][1:]) if start < b <= end]
+    return tokens / (end - start), end - start, percentile(gaps, 50)
 
 
 def run_load(args):
@@ -236,9 +251,14 @@ def run_load(args):
     prompt_measured = [r["usage"]["prompt_tokens"] for r in ok if r["usage"] and "prompt_tokens" in r["usage"]]
     ttft = [r["ttft"] * 1e3 for r in ok if r["ttft"] is not None]
     itl = [g * 1e3 for r in ok for g in r["gaps"]]
+    full = full_batch_window(ok) if len(ok) == args.requests == args.concurrency else None
     preempt = None
     if "oscar_preemptions_total" in before and "oscar_preemptions_total" in after:
         preempt = int(after["oscar_preemptions_total"] - before["oscar_preemptions_total"])
+    def delta(name):
+        return after[name] - before[name] if name in before and name in after else None
+    steps = delta("oscar_engine_steps_total")
+    fwd, host = delta('oscar_engine_seconds_total{part="forward"}'), delta('oscar_engine_seconds_total{part="host"}')
     server = args.server or ("oscar" if poller.running_max is not None else "llama.cpp")
     r2 = lambda x: None if x is None else round(x, 2)
     row = {
@@ -253,6 +273,15 @@ def run_load(args):
         "output_tokens_min": min(out_tokens) if out_tokens else None,
         "prompt_tokens_measured_mean": r2(sum(prompt_measured) / len(prompt_measured)) if prompt_measured else None,
         "usage_chunks": sum(1 for r in ok if r["usage"]), "wall_s": round(wall, 3), "preemptions": preempt,
+        # Decode at full batch: output tokens/s while every stream is past its first token
+        # and none has finished (all requests sent at once); None when that window is empty.
+        "full_batch_output_tokens_per_s": r2(full[0]) if full else None,
+        "full_batch_window_s": r2(full[1]) if full else None,
+        "full_batch_itl_ms_p50": r2(full[2]) if full else None,
+        # where the engine's step time went (oscar only): the runner's forward, then sampling and streaming
+        "engine_steps": int(steps) if steps is not None else None,
+        "engine_forward_ms_per_step": r2(fwd * 1e3 / steps) if steps else None,
+        "engine_host_ms_per_step": r2(host * 1e3 / steps) if steps else None,
         "errors": sorted({r["error"] for r in results if r["error"]})[:3],
     }
     return row

@@ -9,7 +9,9 @@
 #   load   bench/serve_load.py against the server at one KV budget (--kv-mem, default 40 GiB),
 #          32K-token prompts, bf16 then int2-oscar; rows to $OUT/serve_gpu_qwen3_8b.json
 # Environment: OUT (results folder), KV_MEM_MIB (40960), PROMPT_TOKENS (32000), MAX_TOKENS (256),
-# CONC_BF16 / CONC_INT2 (clients: about the sequences each budget admits), LOAD_KVS ("bf16 int2-oscar").
+# CONC_BF16 / CONC_INT2 (clients; default "fit": the sequences the server's KV plan says fit at
+# once), LOAD_KVS ("bf16 int2-oscar"). With every client admitted at once and MAX_TOKENS long
+# enough to outlast the prefills, the rows also give decode at full batch (full_batch_*).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # The bundle travels compressed (scripts/device_bundle.sh).
@@ -63,8 +65,8 @@ for phase in "$@"; do
     load)
       json="$out/serve_gpu_qwen3_8b.json"
       for kv in ${LOAD_KVS:-bf16 int2-oscar}; do
-        extra=(); conc="${CONC_BF16:-8}"
-        if [[ $kv == int2-oscar ]]; then extra=(--rotations "$rot"); conc="${CONC_INT2:-48}"; fi
+        extra=(); conc="${CONC_BF16:-fit}"
+        if [[ $kv == int2-oscar ]]; then extra=(--rotations "$rot"); conc="${CONC_INT2:-fit}"; fi
         log="$out/serve_gpu_${kv}.log"
         t0=$(date +%s)
         "$bin" serve -m "$model" --device cuda --kv "$kv" "${extra[@]}" -c "$ctx" --max-seqs 64 --kv-mem "$kv_mem" \
@@ -72,6 +74,8 @@ for phase in "$@"; do
         pid=$!
         port=$(wait_ready "$log" "$pid") || { kill "$pid" 2>/dev/null; continue; }
         echo "== $kv: ready in $(( $(date +%s) - t0 )) s on port $port"; grep -E "KV bytes|engine:" "$log"
+        [[ $conc == fit ]] && conc=$(grep -o '[0-9]* fit at once' "$log" | grep -o '^[0-9]*')
+        [[ -n "$conc" && "$conc" -ge 1 ]] || { echo "no concurrency for $kv" >&2; kill "$pid"; continue; }
         timeout 540 "$py" bench/serve_load.py --base-url "http://127.0.0.1:$port" --model qwen3-8b-random \
           --token-prompts 151000 --prompt-tokens "$prompt_tokens" --max-tokens "$max_tokens" \
           --concurrency "$conc" --requests "$conc" --timeout 500 --server oscar --kv "$kv" \

@@ -624,13 +624,18 @@ void DeviceModel::sample(int batch, const SampleParams& p, const std::vector<dou
 }
 
 std::vector<float> DeviceModel::download_logits(int batch) const {
+  std::vector<float> out(size_t(std::max(batch, 0)) * size_t(shape_.n_vocab));
+  download_logits(batch, out.data());
+  return out;
+}
+
+void DeviceModel::download_logits(int batch, float* out) const {
   if (batch < 0 || batch > logits_rows_)
     fail("DeviceModel::download_logits", std::to_string(batch) + " rows (the buffer holds " +
                                              std::to_string(logits_rows_) + ")");
-  std::vector<float> out(size_t(batch) * size_t(shape_.n_vocab));
-  check_cuda(cudaMemcpyAsync(out.data(), logits_, out.size() * 4, cudaMemcpyDeviceToHost, stream_), "download logits");
+  const size_t bytes = size_t(batch) * size_t(shape_.n_vocab) * 4;
+  check_cuda(cudaMemcpyAsync(out, logits_, bytes, cudaMemcpyDeviceToHost, stream_), "download logits");
   check_cuda(cudaStreamSynchronize(stream_), "download logits");
-  return out;
 }
 
 std::vector<int32_t> DeviceModel::download_next_ids(int batch) const {

@@ -99,6 +99,7 @@ class DeviceModel {
   // Copies (synchronizing the stream); at most max(max_seqs, min(prefill_chunk,
   // prefill_logits_rows)) rows.
   std::vector<float> download_logits(int batch) const;
+  void download_logits(int batch, float* out) const;  // into out[batch × n_vocab]
   std::vector<int32_t> download_next_ids(int batch) const;
 
   // Prefill: the tokens of one slot in launches of up to prefill_chunk rows (matrix

@@ -121,10 +121,13 @@ KvSegmentUsage DeviceRunner::usage() const {
   return u;
 }
 
-void DeviceRunner::run(const engine::Batch& batch, std::vector<float>& logits) {
+void DeviceRunner::run(const engine::Batch& batch, engine::StepOutput& out) {
   OSCAR_CHECK(batch.n_seqs() > 0, "empty batch");
   const size_t V = size_t(n_vocab_);
-  logits.assign(size_t(batch.n_seqs()) * V, 0.0f);
+  // Rows that are not wanted stay as they were: at 58 sequences × 152K vocabulary a full
+  // logits download is 35 MB a step, which greedy requests never read.
+  out.logits.resize(size_t(batch.n_seqs()) * V);
+  out.argmax.assign(size_t(batch.n_seqs()), 0);
   std::vector<int> slots, rows;
   std::vector<int32_t> tokens;
   for (int i = 0; i < batch.n_seqs(); ++i) {
@@ -138,16 +141,32 @@ void DeviceRunner::run(const engine::Batch& batch, std::vector<float>& logits) {
       rows.push_back(i);
       continue;
     }
-    // A prefill chunk: its own launches, then the last token's logits.
+    // A prefill chunk: its own launches, then the last token's id (and logits).
     device_call("prefill", [&] { dm_->prefill(slot, std::vector<int32_t>(t.begin(), t.end())); });
-    const std::vector<float> l = device_call("prefill", [&] { return dm_->download_logits(1); });
-    std::copy(l.begin(), l.end(), logits.begin() + long(size_t(i) * V));
+    out.argmax[size_t(i)] = device_call("prefill", [&] { return dm_->download_next_ids(1); })[0];
+    if (batch.wants_logits(i))
+      device_call("prefill", [&] { dm_->download_logits(1, out.logits.data() + size_t(i) * V); });
   }
   if (slots.empty()) return;
   device_call("decode step", [&] { dm_->step(slots, tokens, /*use_graph=*/true); });
-  const std::vector<float> l = device_call("decode step", [&] { return dm_->download_logits(int(slots.size())); });
+  const std::vector<int32_t> ids = device_call("decode step", [&] { return dm_->download_next_ids(int(slots.size())); });
+  bool any_wanted = false;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    out.argmax[size_t(rows[k])] = ids[k];
+    any_wanted = any_wanted || batch.wants_logits(rows[k]);
+  }
+  if (!any_wanted) return;
+  // The decode rows usually lead the batch (the scheduler puts them first): one copy.
+  const bool leading = rows.back() == int(rows.size()) - 1;
+  if (leading) {
+    device_call("decode step", [&] { dm_->download_logits(int(rows.size()), out.logits.data()); });
+    return;
+  }
+  scratch_.resize(rows.size() * V);
+  device_call("decode step", [&] { dm_->download_logits(int(rows.size()), scratch_.data()); });
   for (size_t k = 0; k < rows.size(); ++k)
-    std::copy(l.begin() + long(k * V), l.begin() + long((k + 1) * V), logits.begin() + long(size_t(rows[k]) * V));
+    std::copy(scratch_.begin() + long(k * V), scratch_.begin() + long((k + 1) * V),
+              out.logits.begin() + long(size_t(rows[k]) * V));
 }
 
 }  // namespace oscar

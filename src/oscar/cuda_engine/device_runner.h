@@ -44,13 +44,14 @@ class DeviceRunner final : public engine::Runner {
   int64_t attach_prefix(SeqId, std::span<const int32_t>) override { return 0; }
   void register_prefix(SeqId, std::span<const int32_t>) override {}
   PrefixCacheStats prefix_stats() const override { return {}; }
-  void run(const engine::Batch& batch, std::vector<float>& logits) override;
+  void run(const engine::Batch& batch, engine::StepOutput& out) override;
 
  private:
   std::unique_ptr<cuda::DeviceModel> dm_;
   int32_t n_vocab_ = 0;
   KvShape shape_;
   std::string kv_name_;
+  std::vector<float> scratch_;  // decode logits when the batch does not lead with its decode rows
 };
 
 }  // namespace oscar

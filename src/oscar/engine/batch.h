@@ -13,6 +13,9 @@ struct Batch {
   std::vector<int64_t> positions;     // [n_seqs] position of each sequence's first new token (its cached length)
   std::vector<int64_t> query_starts{0};  // [n_seqs + 1] sequence i's tokens: tokens[query_starts[i], query_starts[i + 1])
   std::vector<int32_t> tokens;        // [n_tokens]
+  // [n_seqs] 0: the caller needs only the greedy id of the sequence's last token, so the
+  // runner may skip bringing its logits row (152K floats on a large vocabulary) to the host.
+  std::vector<uint8_t> logits_wanted;
 
   int n_seqs() const { return int(seq_ids.size()); }
   int64_t n_tokens() const { return int64_t(tokens.size()); }
@@ -20,8 +23,10 @@ struct Batch {
     return std::span<const int32_t>(tokens).subspan(size_t(query_starts[size_t(i)]),
                                                     size_t(query_starts[size_t(i) + 1] - query_starts[size_t(i)]));
   }
-  void add(SeqId seq, int64_t position, std::span<const int32_t> new_tokens) {
+  bool wants_logits(int i) const { return logits_wanted[size_t(i)] != 0; }
+  void add(SeqId seq, int64_t position, std::span<const int32_t> new_tokens, bool want_logits = true) {
     seq_ids.push_back(seq);
+    logits_wanted.push_back(want_logits ? 1 : 0);
     positions.push_back(position);
     tokens.insert(tokens.end(), new_tokens.begin(), new_tokens.end());
     query_starts.push_back(int64_t(tokens.size()));
@@ -29,6 +34,7 @@ struct Batch {
   void clear() {
     seq_ids.clear();
     positions.clear();
+    logits_wanted.clear();
     query_starts.assign(1, 0);
     tokens.clear();
   }

@@ -5,6 +5,7 @@
 #include "oscar/core/error.h"
 #include "oscar/core/thread_pool.h"
 #include "oscar/ops/cpu_features.h"
+#include "oscar/sampling/sampler.h"
 
 namespace oscar::engine {
 
@@ -19,7 +20,7 @@ std::string CpuRunner::describe() const {
                                    : std::string());
 }
 
-void CpuRunner::run(const Batch& batch, std::vector<float>& logits) {
+void CpuRunner::run(const Batch& batch, StepOutput& out) {
   OSCAR_CHECK(batch.n_seqs() > 0, "empty batch");
   seqs_.clear();
   for (int i = 0; i < batch.n_seqs(); ++i) {
@@ -28,7 +29,12 @@ void CpuRunner::run(const Batch& batch, std::vector<float>& logits) {
                 batch.positions[size_t(i)], cache_.length(seq));
     seqs_.push_back(SeqTokens{seq, batch.tokens_of(i)});
   }
-  model_.forward_batch(cache_, seqs_, logits);
+  model_.forward_batch(cache_, seqs_, out.logits);
+  // Every row is computed here anyway; its argmax costs one pass.
+  const size_t V = size_t(model_.config().n_vocab);
+  out.argmax.resize(size_t(batch.n_seqs()));
+  for (size_t i = 0; i < out.argmax.size(); ++i)
+    out.argmax[i] = argmax(std::span<const float>(out.logits.data() + i * V, V));
 }
 
 }  // namespace oscar::engine

@@ -25,7 +25,7 @@ class CpuRunner final : public Runner {
   int64_t attach_prefix(SeqId seq, std::span<const int32_t> tokens) override { return cache_.attach_prefix(seq, tokens); }
   void register_prefix(SeqId seq, std::span<const int32_t> tokens) override { cache_.register_prefix(seq, tokens); }
   PrefixCacheStats prefix_stats() const override { return cache_.prefix_stats(); }
-  void run(const Batch& batch, std::vector<float>& logits) override;
+  void run(const Batch& batch, StepOutput& out) override;
 
   KvCache& cache() { return cache_; }
   const KvCache& cache() const { return cache_; }

@@ -16,13 +16,14 @@ GenerationStats generate(Runner& runner, const Tokenizer& tokenizer, SeqId seq, 
                          int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token,
                          int64_t prefill_chunk) {
   GenerationStats st;
-  std::vector<float> logits;
+  StepOutput out;
+  const std::vector<float>& logits = out.logits;
   std::vector<int32_t> history(prompt.begin(), prompt.end());
   Batch batch;
   auto step = [&](std::span<const int32_t> tokens) {
     batch.clear();
     batch.add(seq, runner.length(seq), tokens);
-    runner.run(batch, logits);
+    runner.run(batch, out);
   };
   auto t0 = std::chrono::steady_clock::now();
   const size_t chunk = prefill_chunk > 0 ? size_t(prefill_chunk) : std::max<size_t>(prompt.size(), 1);

@@ -18,6 +18,12 @@ struct KvPageBytes {
   int64_t history = 0;
 };
 
+// What one step gives back.
+struct StepOutput {
+  std::vector<float> logits;    // [n_seqs, n_vocab]; row i is valid only where batch.wants_logits(i)
+  std::vector<int32_t> argmax;  // [n_seqs] the first largest logit of each row (as oscar::argmax)
+};
+
 class Runner {
  public:
   virtual ~Runner() = default;
@@ -49,10 +55,11 @@ class Runner {
     return need.fp <= free.fp && need.history <= free.history;
   }
 
-  // Appends every sequence's tokens (batch.positions must be their lengths) and returns
-  // logits [n_seqs, n_vocab] of each sequence's last token. Throws oscar::Error, with
-  // nothing appended, when the pages do not fit or a token is out of range.
-  virtual void run(const Batch& batch, std::vector<float>& logits) = 0;
+  // Appends every sequence's tokens (batch.positions must be their lengths) and gives, for
+  // each sequence's last token, its greedy id and (where the batch wants them) its logits.
+  // Throws oscar::Error, with nothing appended, when the pages do not fit or a token is
+  // out of range.
+  virtual void run(const Batch& batch, StepOutput& out) = 0;
 };
 
 }  // namespace oscar::engine

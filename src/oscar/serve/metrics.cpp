@@ -26,6 +26,14 @@ void Metrics::count_preemption() {
   ++preemptions_;
 }
 
+void Metrics::add_step(double forward_s, double host_s, int64_t decode_rows) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++steps_;
+  step_rows_ += decode_rows;
+  forward_s_ += forward_s;
+  host_s_ += host_s;
+}
+
 void Metrics::set_engine(const EngineSnapshot& s) {
   std::lock_guard<std::mutex> lock(mu_);
   engine_ = s;
@@ -50,6 +58,13 @@ std::string Metrics::render() const {
   out += fmt::format("oscar_generation_tokens_total {}\n", generated_tokens_);
   head("oscar_preemptions_total", "counter", "sequences preempted for KV pages (recomputed later)");
   out += fmt::format("oscar_preemptions_total {}\n", preemptions_);
+  head("oscar_engine_steps_total", "counter", "engine steps run");
+  out += fmt::format("oscar_engine_steps_total {}\n", steps_);
+  head("oscar_engine_step_rows_total", "counter", "sequence rows over all engine steps (decode and prefill parts)");
+  out += fmt::format("oscar_engine_step_rows_total {}\n", step_rows_);
+  head("oscar_engine_seconds_total", "counter", "engine step time: the runner's forward, then the host's sampling and streaming");
+  out += fmt::format("oscar_engine_seconds_total{{part=\"forward\"}} {:.6f}\n", forward_s_);
+  out += fmt::format("oscar_engine_seconds_total{{part=\"host\"}} {:.6f}\n", host_s_);
   head("oscar_requests_waiting", "gauge", "requests queued for admission");
   out += fmt::format("oscar_requests_waiting {}\n", engine_.waiting);
   head("oscar_requests_running", "gauge", "sequences in the running batch");

@@ -25,6 +25,9 @@ class Metrics {
   void add_prompt_tokens(int64_t n);
   void add_generated_tokens(int64_t n);
   void count_preemption();
+  // One engine step: seconds in the runner's forward and in the host work after it
+  // (sampling, stop strings, detokenizing), to show where a step's time goes.
+  void add_step(double forward_s, double host_s, int64_t decode_rows);
   void set_engine(const EngineSnapshot& s);
   EngineSnapshot engine() const;
   std::string render() const;  // Prometheus text format 0.0.4
@@ -33,6 +36,8 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<int, int64_t> requests_by_status_;
   int64_t prompt_tokens_ = 0, generated_tokens_ = 0, preemptions_ = 0;
+  int64_t steps_ = 0, step_rows_ = 0;
+  double forward_s_ = 0.0, host_s_ = 0.0;
   EngineSnapshot engine_;
 };
 

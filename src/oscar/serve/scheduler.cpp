@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -211,7 +212,9 @@ bool Scheduler::schedule() {
   running_max_ = std::max<int64_t>(running_max_, int64_t(running_.size()));
   // 4. Nothing fits although sequences are prefilling: the newest gives its pages back.
   if (parts_.empty() && running_.size() > 1) preempt_newest();
-  for (const Part& p : parts_) batch_.add(p.a->seq, p.a->cached, std::span<const int32_t>(p.a->tokens).subspan(size_t(p.a->cached), size_t(p.n)));
+  for (const Part& p : parts_)
+    batch_.add(p.a->seq, p.a->cached, std::span<const int32_t>(p.a->tokens).subspan(size_t(p.a->cached), size_t(p.n)),
+               needs_logits(*p.a));
   return !parts_.empty();
 }
 
@@ -230,13 +233,15 @@ void Scheduler::run_step() {
     std::lock_guard<std::mutex> lock(mu_);
     busy_ = true;
   }
+  const auto t0 = std::chrono::steady_clock::now();
   try {
-    runner_.run(batch_, logits_);
+    runner_.run(batch_, out_);
   } catch (const std::exception& e) {
     // Not expected (pages were checked); fail this step's requests, keep serving the rest.
     for (const Part& p : parts_) finish(*p.a, "error", fmt::format("engine step failed: {}", e.what()));
     return;
   }
+  const auto t1 = std::chrono::steady_clock::now();
   const int32_t n_vocab = runner_.n_vocab();
   for (size_t i = 0; i < parts_.size(); ++i) {
     Active& a = *parts_[i].a;
@@ -245,8 +250,11 @@ void Scheduler::run_step() {
       runner_.register_prefix(a.seq, a.req->input.prompt);  // the prompt's pages, for later requests
       a.registered = true;
     }
-    if (a.pending() == 0) postprocess(a, logits_.data() + i * size_t(n_vocab));
+    if (a.pending() == 0) postprocess(a, out_.logits.data() + i * size_t(n_vocab), out_.argmax[i]);
   }
+  const auto t2 = std::chrono::steady_clock::now();
+  metrics_.add_step(std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count(),
+                    int64_t(parts_.size()));
 }
 
 TokenLogprob Scheduler::logprob_of(const float* logits, int32_t id, int top) const {
@@ -271,9 +279,17 @@ TokenLogprob Scheduler::logprob_of(const float* logits, int32_t id, int top) con
   return lp;
 }
 
-void Scheduler::postprocess(Active& a, const float* logits) {
+bool Scheduler::needs_logits(const Active& a) {
+  const SamplerParams& p = a.req->input.sampling;
+  return p.temperature > 0.0f || p.repeat_penalty != 1.0f || a.req->input.logprobs;
+}
+
+void Scheduler::postprocess(Active& a, const float* logits, int32_t greedy_id) {
   const int32_t n_vocab = runner_.n_vocab();
-  const int32_t id = a.sampler.sample(std::span<const float>(logits, size_t(n_vocab)), a.tokens);
+  // Greedy without a penalty or logprobs is the runner's argmax: the same id the sampler
+  // would pick, without reading the row on the host.
+  const int32_t id = needs_logits(a) ? a.sampler.sample(std::span<const float>(logits, size_t(n_vocab)), a.tokens)
+                                     : greedy_id;
   if (tokenizer_.is_eog(id)) {
     finish(a, "stop");
     return;

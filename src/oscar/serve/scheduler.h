@@ -80,7 +80,9 @@ class Scheduler {
   bool schedule();  // fills batch_/parts_; false: nothing can run
   int64_t largest_chunk(const Active& a, int64_t n, const KvPages& planned, const KvPages& free) const;
   void run_step();
-  void postprocess(Active& a, const float* logits);
+  // Whether a's next token needs its logits row on the host (sampling, penalty, logprobs).
+  static bool needs_logits(const Active& a);
+  void postprocess(Active& a, const float* logits, int32_t greedy_id);
   void finish(Active& a, const std::string& reason, const std::string& error = "");
   void preempt_newest();  // running_'s newest back to the queue, its pages freed
   void remove_finished();
@@ -105,7 +107,7 @@ class Scheduler {
   int64_t running_max_ = 0;
   engine::Batch batch_;
   std::vector<Part> parts_;
-  std::vector<float> logits_;
+  engine::StepOutput out_;
   std::thread thread_;
 };
 
