@@ -1,0 +1,34 @@
+// The per-format kernel tables of qdot.h.
+#include "oscar/qmat/qdot.h"
+
+namespace oscar::qmat {
+
+QDotFn qdot_ref_kernel(GgmlType t) {
+  switch (t) {
+    case GgmlType::q4_0: return qdot_q4_0_ref;
+    case GgmlType::q4_1: return qdot_q4_1_ref;
+    case GgmlType::q5_0: return qdot_q5_0_ref;
+    case GgmlType::q5_1: return qdot_q5_1_ref;
+    case GgmlType::q8_0: return qdot_q8_0_ref;
+    case GgmlType::q4_k: return qdot_q4_k_ref;
+    case GgmlType::q5_k: return qdot_q5_k_ref;
+    case GgmlType::q6_k: return qdot_q6_k_ref;
+    default: return nullptr;
+  }
+}
+
+QDotFn qdot_avx2_kernel(GgmlType t) {
+  switch (t) {
+    case GgmlType::q4_0: return qdot_q4_0_avx2;
+    case GgmlType::q4_1: return qdot_q4_1_avx2;
+    case GgmlType::q5_0: return qdot_q5_0_avx2;
+    case GgmlType::q5_1: return qdot_q5_1_avx2;
+    case GgmlType::q8_0: return qdot_q8_0_avx2;
+    case GgmlType::q4_k: return qdot_q4_k_avx2;
+    case GgmlType::q5_k: return qdot_q5_k_avx2;
+    case GgmlType::q6_k: return qdot_q6_k_avx2;
+    default: return nullptr;
+  }
+}
+
+}  // namespace oscar::qmat
