@@ -11,6 +11,7 @@
 #include "device_generate.h"
 #include "oscar/core/error.h"
 #include "oscar/core/thread_pool.h"
+#include "oscar/engine/generate.h"
 
 namespace oscar::cli {
 
@@ -27,44 +28,32 @@ int bench(const BenchOptions& o) {
   check_device(o.model.device);
   LoadedModel m = load_model(o.model);
   const ModelConfig& c = m.transformer->config();
-  const bool on_gpu = o.model.device == "cuda";
-  DeviceBenchFn gpu;
-  if (on_gpu) {
-    int longest = 0;
-    for (int p : o.prompts) longest = std::max(longest, p);
-    gpu = device_bench(m, int64_t(longest) + o.n_gen + 1);
-  }
-  const std::string where = on_gpu ? "cuda" : std::to_string(num_threads());
+  int longest = 0;
+  for (int p : o.prompts) longest = std::max(longest, p);
+  // One sequence at a time through the engine's Runner and its one generation loop, with
+  // the decoded tokens forced (random ids, like llama-bench's tg test).
+  const std::unique_ptr<engine::Runner> runner = make_runner(m, o.model.device, 1, int64_t(longest) + o.n_gen + 2);
+  const std::string where = o.model.device == "cuda" ? "cuda" : std::to_string(num_threads());
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> tok(0, c.n_vocab - 1);
+  Sampler sampler(SamplerParams{.temperature = 0.0f});
   nlohmann::json rows = nlohmann::json::array();
   fmt::print("| model | kv | threads/device | depth | prefill tok/s | decode tok/s |\n|---|---|---|---|---|---|\n");
   for (int p : o.prompts) {
     if (p <= 0) fail("bench: prompt length {} must be positive", p);
     double best_pp = 0, best_tg = 0;
-    for (int r = 0; r < o.reps && on_gpu; ++r) {
-      std::vector<int32_t> prompt(static_cast<size_t>(p)), gen(static_cast<size_t>(o.n_gen));
+    for (int r = 0; r < o.reps; ++r) {
+      std::vector<int32_t> prompt(static_cast<size_t>(p)), gen(static_cast<size_t>(o.n_gen) + 1);
       for (auto& t : prompt) t = tok(rng);
       for (auto& t : gen) t = tok(rng);
-      const DeviceBenchResult g = gpu(prompt, gen);
-      best_pp = std::max(best_pp, g.prefill_tokens_per_s);
-      best_tg = std::max(best_tg, g.decode_tokens_per_s);
-    }
-    for (int r = 0; r < o.reps && !on_gpu; ++r) {
-      KvCache cache = m.transformer->make_cache(int64_t(p) + o.n_gen);
-      const SeqId seq = cache.add_sequence();
-      std::vector<int32_t> prompt(static_cast<size_t>(p));
-      for (auto& t : prompt) t = tok(rng);
-      std::vector<float> logits;
-      auto t0 = std::chrono::steady_clock::now();
-      m.transformer->forward(cache, seq, prompt, LogitsFor::last, logits);
-      best_pp = std::max(best_pp, p / seconds_since(t0));
-      t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < o.n_gen; ++i) {
-        const int32_t one[1] = {tok(rng)};
-        m.transformer->forward(cache, seq, one, LogitsFor::last, logits);
-      }
-      if (o.n_gen > 0) best_tg = std::max(best_tg, o.n_gen / seconds_since(t0));
+      const SeqId seq = runner->add_sequence();
+      // n_gen + 1 tokens: the first comes from the prompt's logits, then n_gen decode steps.
+      const engine::GenerationStats st = engine::generate(*runner, *m.tokenizer, seq, prompt, o.n_gen + 1, sampler,
+                                                          [](int32_t) { return true; }, 0, gen);
+      runner->free_sequence(seq);
+      best_pp = std::max(best_pp, double(p) / st.prompt_seconds);
+      if (o.n_gen > 0 && st.n_generated > 1)
+        best_tg = std::max(best_tg, double(st.n_generated - 1) / st.generate_seconds);
     }
     fmt::print("| {} | {} | {} | {} | {:.1f} | {:.2f} |\n", c.name, o.model.kv, where, p, best_pp, best_tg);
     rows.push_back({{"model", c.name}, {"kv", o.model.kv}, {"threads", num_threads()}, {"device", o.model.device},

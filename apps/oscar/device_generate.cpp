@@ -73,34 +73,7 @@ ChunkLogitsFn device_chunk_logits(LoadedModel& m, int n_ctx) {
     return bytes;
   };
 }
-DeviceBenchFn device_bench(LoadedModel& m, int64_t capacity) {
-  const std::shared_ptr<cuda::DeviceModel> dm = make_device_model(m, capacity);
-  return [dm](const std::vector<int32_t>& prompt, const std::vector<int32_t>& gen) {
-    DeviceBenchResult r;
-    const int slot = dm->cache().add_sequence();
-    try {
-      auto t0 = std::chrono::steady_clock::now();
-      dm->prefill(slot, prompt);
-      dm->download_next_ids(1);  // waits for the GPU
-      r.prefill_tokens_per_s = double(prompt.size()) / seconds_since(t0);
-      t0 = std::chrono::steady_clock::now();
-      for (const int32_t t : gen) dm->step({slot}, {t}, /*use_graph=*/true);
-      dm->download_next_ids(1);
-      if (!gen.empty()) r.decode_tokens_per_s = double(gen.size()) / seconds_since(t0);
-    } catch (const std::runtime_error& e) {
-      dm->cache().remove_sequence(slot);
-      fail("--device cuda: {}", e.what());
-    }
-    dm->cache().remove_sequence(slot);
-    return r;
-  };
-}
 #else
-DeviceBenchFn device_bench(LoadedModel&, int64_t) {
-  check_device("cuda");
-  return {};
-}
-
 ChunkLogitsFn device_chunk_logits(LoadedModel&, int) {
   check_device("cuda");
   return {};

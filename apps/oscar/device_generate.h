@@ -22,12 +22,4 @@ std::unique_ptr<engine::Runner> make_runner(LoadedModel& m, const std::string& d
 // function perplexity() calls (each chunk prefilled from an empty cache on the GPU).
 ChunkLogitsFn device_chunk_logits(LoadedModel& m, int n_ctx);
 
-// For `bench --device cuda`: prefill `prompt` into an empty sequence, then decode `gen`
-// one step each (graphs); tokens per second of each, host clock around synchronized work.
-struct DeviceBenchResult {
-  double prefill_tokens_per_s = 0.0, decode_tokens_per_s = 0.0;
-};
-using DeviceBenchFn = std::function<DeviceBenchResult(const std::vector<int32_t>& prompt, const std::vector<int32_t>& gen)>;
-DeviceBenchFn device_bench(LoadedModel& m, int64_t capacity);
-
 }  // namespace oscar::cli

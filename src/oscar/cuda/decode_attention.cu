@@ -739,9 +739,6 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error("decode_attention: " + what); }
 
-void check_cuda(cudaError_t e, const char* call) {
-  if (e != cudaSuccess) fail(std::string(call) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
 
 int log2_exact(int v) {
   int l = 0;

@@ -7,6 +7,7 @@
 
 #include "oscar/cuda/decode_attention.h"
 #include "oscar/cuda/host_checks.h"
+#include "oscar/kv/window_rule.h"
 
 namespace oscar::cuda {
 namespace {
@@ -154,7 +155,7 @@ int KvPageGeometry::hist_page_tokens() { return kHistPage; }
 
 size_t KvPageGeometry::row_bytes(int layer) const { return row_bytes_[size_t(layer)]; }
 
-int64_t KvPageGeometry::history_end(int64_t t) const { return sink_ + std::max<int64_t>(0, t - sink_ - window_); }
+int64_t KvPageGeometry::history_end(int64_t t) const { return history_boundary(t, sink_, window_); }
 
 int64_t KvPageGeometry::fp_pages_for_length(int64_t t) const {
   if (keep_fp_ || !history_) return ceil_div(t, kPage);

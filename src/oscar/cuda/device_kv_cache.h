@@ -5,7 +5,7 @@
 // per sequence slot, on the device ([max_seqs, stride] int32, −1 = none or released).
 //
 // A sequence at length t is [sink 0..S) ‖ [history S..h(t)) ‖ [recent h(t)..t) with
-// h(t) = S + max(0, t − S − W) (the CPU cache's rule with T = 1); a layer with bits = 0 keeps
+// h(t) = history_boundary(t, S, W) (kv/window_rule.h, the CPU cache's rule with T = 1); a layer with bits = 0 keeps
 // every token in fp pages. A step for one token at position t: begin_token() gives it an fp
 // page (and history pages for the row h(t) that becomes history at t + 1); after every
 // layer has run, end_token() commits the length and releases fp pages that hold history only.

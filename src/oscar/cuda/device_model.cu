@@ -18,12 +18,10 @@
 namespace oscar::cuda {
 namespace {
 
+using detail::check_cuda;
 using detail::check_launch;
 using detail::fail;
 
-void check_cuda(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess) fail("DeviceModel", what + ": " + cudaGetErrorString(e));
-}
 
 // Per-step inputs, in this order, each max_batch ints (device and pinned host copies).
 enum Input { kIds, kPos, kSeqLen, kHistEnd, kDemoteFrom, kDemoteTo, kSlots, kBadId, kNumInputs };

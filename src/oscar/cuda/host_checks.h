@@ -13,6 +13,11 @@ namespace oscar::cuda::detail {
   throw std::runtime_error(what + ": " + detail);
 }
 
+// The one check of a CUDA runtime call: throws naming the call and CUDA's error.
+inline void check_cuda(cudaError_t e, const std::string& call) {
+  if (e != cudaSuccess) fail("CUDA", call + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
 // Throws when the last launch failed (bad configuration, no device, …).
 inline void check_launch(const std::string& what) {
   const cudaError_t e = cudaGetLastError();

@@ -12,6 +12,7 @@ namespace oscar::cuda {
 namespace {
 
 using detail::check_launch;
+using detail::check_cuda;
 using detail::fail;
 
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;  // what cuBLAS asks for on Hopper
@@ -19,9 +20,6 @@ constexpr int kThreads = 256;
 
 void check_cublas(cublasStatus_t s, const char* call) {
   if (s != CUBLAS_STATUS_SUCCESS) fail("linear", std::string(call) + ": " + cublasGetStatusString(s));
-}
-void check_cuda(cudaError_t e, const char* call) {
-  if (e != cudaSuccess) fail("linear", std::string(call) + ": " + cudaGetErrorString(e));
 }
 
 unsigned blocks_for(int64_t n) {

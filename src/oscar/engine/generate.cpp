@@ -14,7 +14,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 GenerationStats generate(Runner& runner, const Tokenizer& tokenizer, SeqId seq, std::span<const int32_t> prompt,
                          int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token,
-                         int64_t prefill_chunk) {
+                         int64_t prefill_chunk, std::span<const int32_t> forced) {
+  if (!forced.empty()) n_predict = std::min<int>(n_predict, int(forced.size()));
   GenerationStats st;
   StepOutput out;
   const std::vector<float>& logits = out.logits;
@@ -34,8 +35,8 @@ GenerationStats generate(Runner& runner, const Tokenizer& tokenizer, SeqId seq, 
   t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < n_predict; ++i) {
     if (logits.empty()) break;
-    const int32_t id = sampler.sample(logits, history);
-    if (tokenizer.is_eog(id)) break;
+    const int32_t id = forced.empty() ? sampler.sample(logits, history) : forced[size_t(i)];
+    if (forced.empty() && tokenizer.is_eog(id)) break;
     ++st.n_generated;
     history.push_back(id);
     if (!on_token(id)) break;

@@ -21,8 +21,10 @@ struct GenerationStats {
 // logits are kept, which bounds activation memory at long lengths), then samples up to
 // n_predict tokens, calling on_token for each new one (return false to stop). Stops at an
 // end-of-generation token, which is not passed on, and when the sequence's pages run out.
+// `forced` (timing runs, like llama-bench's tg test): when not empty, token i is forced[i]
+// instead of a sampled one, and end-of-generation does not stop the loop.
 GenerationStats generate(Runner& runner, const Tokenizer& tokenizer, SeqId seq, std::span<const int32_t> prompt,
                          int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token,
-                         int64_t prefill_chunk = 0);
+                         int64_t prefill_chunk = 0, std::span<const int32_t> forced = {});
 
 }  // namespace oscar::engine

@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "oscar/core/error.h"
+#include "oscar/kv/window_rule.h"
 
 namespace oscar {
 
@@ -181,10 +182,8 @@ int KvSpec::bits() const {
 }
 
 int64_t KvSpec::history_end(int64_t t) const {
-  if (!quantized() || t <= sink) return std::min<int64_t>(t, sink);
-  const int64_t T = demote_tokens();
-  const int64_t excess = std::max<int64_t>(0, t - sink - recent);
-  return sink + T * (excess / T);
+  if (!quantized()) return std::min<int64_t>(t, sink);
+  return std::min<int64_t>(t, history_boundary(t, sink, recent, demote_tokens()));
 }
 
 KvSpec KvSpec::parse(std::string_view kv) {
