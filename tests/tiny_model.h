@@ -29,28 +29,31 @@ inline ModelWeights tiny_model(bool qwen2_bias, uint64_t seed, int n_layers = 2,
   c.validate();
   const size_t E = 64, F = 96, V = 50, qd = 4 * size_t(head_dim), kvd = 2 * size_t(head_dim);
   auto rnd = [&](size_t n, float a) { return test::random_vector(n, seed++, -a, a); };
-  w.token_embd = rnd(V * E, 1.0f);
+  auto mat = [&](size_t rows, size_t cols, float a) {
+    return WeightMatrix::from_f32(rnd(rows * cols, a), int64_t(rows), int64_t(cols));
+  };
+  w.token_embd = mat(V, E, 1.0f);
   w.output_norm = rnd(E, 0.2f);
   for (float& x : w.output_norm) x += 1.0f;
-  w.output = rnd(V * E, 0.3f);
+  w.output = mat(V, E, 0.3f);
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights lw;
     lw.attn_norm = rnd(E, 0.2f);
     lw.ffn_norm = rnd(E, 0.2f);
     for (float& x : lw.attn_norm) x += 1.0f;
     for (float& x : lw.ffn_norm) x += 1.0f;
-    lw.wq = rnd(qd * E, 0.4f);
-    lw.wk = rnd(kvd * E, 0.4f);
-    lw.wv = rnd(kvd * E, 0.4f);
-    lw.wo = rnd(E * qd, 0.2f);
+    lw.wq = mat(qd, E, 0.4f);
+    lw.wk = mat(kvd, E, 0.4f);
+    lw.wv = mat(kvd, E, 0.4f);
+    lw.wo = mat(E, qd, 0.2f);
     if (qwen2_bias) {
       lw.bq = rnd(qd, 0.3f);
       lw.bk = rnd(kvd, 0.3f);
       lw.bv = rnd(kvd, 0.3f);
     }
-    lw.w_gate = rnd(F * E, 0.2f);
-    lw.w_up = rnd(F * E, 0.2f);
-    lw.w_down = rnd(E * F, 0.2f);
+    lw.w_gate = mat(F, E, 0.2f);
+    lw.w_up = mat(F, E, 0.2f);
+    lw.w_down = mat(E, F, 0.2f);
     w.layers.push_back(std::move(lw));
   }
   return w;

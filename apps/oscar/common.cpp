@@ -48,6 +48,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool with_ctx) {
   cmd.add_flag("--k-scale", o.k_scale,
                "int2-oscar*: divide keys and multiply queries by the rotations' per-channel key scale before R_K "
                "(opt-in; needs rotations made by `oscar rotations tune --k-scale`)");
+  cmd.add_option("--weights", o.weights,
+                 "CPU weight storage: native (the file's quantized / F16 / BF16 rows, integer AVX2 kernels, no copy) "
+                 "or f32 (dequantized at load: the exact reference path, 4 bytes per parameter)")
+      ->check(CLI::IsMember({"native", "f32"}));
   cmd.add_flag("-v,--verbose", o.verbose, "print loading details");
 }
 

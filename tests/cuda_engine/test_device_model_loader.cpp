@@ -49,8 +49,9 @@ KvSpec small_windows(const char* mode) {
 // from the same numbers (the GPU stores BF16).
 ModelWeights bf16_exact_model(bool qwen2, uint64_t seed) {
   ModelWeights w = test::tiny_model(qwen2, seed, /*n_layers=*/2, /*head_dim=*/64);
-  auto round = [](std::vector<float>& v) {
-    for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+  auto round = [](WeightMatrix& m) {
+    float* v = m.mutable_f32();
+    for (int64_t i = 0; i < m.rows() * m.cols(); ++i) v[i] = bf16_to_f32(f32_to_bf16(v[i]));
   };
   round(w.token_embd);
   round(w.output);
@@ -70,10 +71,11 @@ TEST(DeviceModelLoader, ShapeAndWeights) {
   EXPECT_DOUBLE_EQ(m.shape.rope_inv_freq[0], 1.0);
   ASSERT_EQ(m.layers.size(), 2u);
   const LayerWeights& l1 = t.weights().layers[1];
-  ASSERT_EQ(m.layers[1].wk.size(), l1.wk.size());
-  for (size_t i = 0; i < l1.wk.size(); ++i) ASSERT_EQ(bf16_to_f32(bf16{m.layers[1].wk[i]}), l1.wk[i]) << i;
+  const std::vector<float> wk = l1.wk.to_f32();
+  ASSERT_EQ(m.layers[1].wk.size(), wk.size());
+  for (size_t i = 0; i < wk.size(); ++i) ASSERT_EQ(bf16_to_f32(bf16{m.layers[1].wk[i]}), wk[i]) << i;
   EXPECT_EQ(m.layers[1].bk, l1.bk);
-  EXPECT_EQ(m.output.size(), t.weights().output.size());
+  EXPECT_EQ(int64_t(m.output.size()), t.weights().output.rows() * t.weights().output.cols());
 }
 
 TEST(DeviceModelLoader, KvFormats) {

@@ -257,7 +257,8 @@ TEST(MakeModel, SmolLM2ShapeLoads) {
   EXPECT_EQ(f.tensors().size(), 272u);
   const ModelWeights w = load_model_weights(*src);
   EXPECT_TRUE(w.output.empty());  // tied
-  EXPECT_EQ(w.token_embd.size(), size_t(49152) * 576);
+  EXPECT_EQ(w.token_embd.rows(), 49152);
+  EXPECT_EQ(w.token_embd.cols(), 576);
 
   const Tokenizer tok(tokenizer_data_from_gguf(f));
   EXPECT_EQ(tok.n_vocab(), 49152);

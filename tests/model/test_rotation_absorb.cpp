@@ -84,10 +84,10 @@ TEST(RotationAbsorb, AbsorbedEqualsUnabsorbedEqualsUnrotated) {
     EXPECT_LE(test::max_rel_error(got_abs.data(), ref.data(), ref.size()), 1e-4) << "absorbed vs unrotated";
     EXPECT_LE(test::max_rel_error(got_rt.data(), ref.data(), ref.size()), 1e-4) << "run-time vs unrotated";
     // Absorption really changed the weights (else the comparison above proves nothing).
-    const auto& wv0 = plain.weights().layers[0].wv;
-    const auto& wv1 = absorbed.weights().layers[0].wv;
+    const std::vector<float> wv0 = plain.weights().layers[0].wv.to_f32();
+    const std::vector<float> wv1 = absorbed.weights().layers[0].wv.to_f32();
     EXPECT_GT(test::max_rel_error(wv1.data(), wv0.data(), wv0.size()), 0.1);
-    EXPECT_EQ(runtime.weights().layers[0].wv, wv0);
+    EXPECT_EQ(runtime.weights().layers[0].wv.to_f32(), wv0);
   }
 }
 
@@ -105,10 +105,10 @@ TEST(RotationAbsorb, PerLayerAbsorbsOnlyOscarLayers) {
   Transformer absorbed(tiny_model(false, 5)), runtime(tiny_model(false, 5));
   absorbed.configure_kv(spec, &rs, /*absorb_v=*/true);
   runtime.configure_kv(spec, &rs, /*absorb_v=*/false);
-  EXPECT_EQ(absorbed.weights().layers[0].wv, plain.weights().layers[0].wv);
-  EXPECT_EQ(absorbed.weights().layers[0].wo, plain.weights().layers[0].wo);
-  const auto& wv0 = plain.weights().layers[1].wv;
-  EXPECT_GT(test::max_rel_error(absorbed.weights().layers[1].wv.data(), wv0.data(), wv0.size()), 0.1);
+  EXPECT_EQ(absorbed.weights().layers[0].wv.to_f32(), plain.weights().layers[0].wv.to_f32());
+  EXPECT_EQ(absorbed.weights().layers[0].wo.to_f32(), plain.weights().layers[0].wo.to_f32());
+  const std::vector<float> wv0 = plain.weights().layers[1].wv.to_f32();
+  EXPECT_GT(test::max_rel_error(absorbed.weights().layers[1].wv.to_f32().data(), wv0.data(), wv0.size()), 0.1);
   const std::vector<float> a = run_logits(absorbed), r = run_logits(runtime);
   ASSERT_EQ(a.size(), r.size());
   EXPECT_LE(test::max_rel_error(a.data(), r.data(), a.size()), 1e-4);

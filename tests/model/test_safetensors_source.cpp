@@ -11,6 +11,7 @@
 
 #include "oscar/core/error.h"
 #include "oscar/model/hf_config.h"
+#include "oscar/model/model_weights.h"
 #include "oscar/model/safetensors_weight_source.h"
 
 namespace fs = std::filesystem;
@@ -268,3 +269,29 @@ TEST(HfConfig, ErrorsNameTheField) {
   expect_config_error(R"({"model_type":"llama",)" + base + R"(,"rope_scaling":{"rope_type":"linear","factor":0}})", "factor");
   expect_config_error(R"({"model_type":"llama",)" + base + R"(,"rope_scaling":7})", "rope_scaling");
 }
+
+namespace {
+// --weights native on a checkpoint: F16 / BF16 matrices stay views of the mapped file
+// (no f32 copy) and hold exactly the values the f32 load gives.
+TEST(SafetensorsSource, NativeStorageKeepsStoredRows) {
+  const auto src = open_weight_source(fixture_dir);
+  const ModelWeights f32 = load_model_weights(*src, WeightStorage::f32);
+  const ModelWeights native = load_model_weights(*src, WeightStorage::native);
+  int views = 0;
+  auto check = [&](const WeightMatrix& a, const WeightMatrix& b, const std::string& what) {
+    EXPECT_EQ(a.to_f32(), b.to_f32()) << what;
+    EXPECT_TRUE(a.owns_f32()) << what;
+    if (!b.owns_f32()) ++views;
+    if (b.type() != GgmlType::f32) {
+      EXPECT_LT(b.bytes(), a.bytes()) << what;
+    }
+  };
+  check(f32.token_embd, native.token_embd, "token_embd");
+  for (size_t l = 0; l < f32.layers.size(); ++l) {
+    const LayerWeights &a = f32.layers[l], &b = native.layers[l];
+    check(a.wq, b.wq, "wq"), check(a.wk, b.wk, "wk"), check(a.wv, b.wv, "wv"), check(a.wo, b.wo, "wo");
+    check(a.w_gate, b.w_gate, "w_gate"), check(a.w_up, b.w_up, "w_up"), check(a.w_down, b.w_down, "w_down");
+  }
+  EXPECT_EQ(views, 1 + 7 * int(f32.layers.size()));  // every matrix is a view
+}
+}  // namespace

@@ -19,8 +19,9 @@ struct AttentionShape {
 void attention_ref(const AttentionShape& s, const float* q, int64_t n_q, int64_t q_pos0, const float* k,
                    const float* v, int64_t n_kv, float* out);
 
-// Prefill/batch path: gathers each KV head of the cached sequence to f32 and runs the
-// scores and the weighted sum through sgemm. Keys are the first q_pos0 + n_q cache rows.
+// Prefill/batch path: gathers each KV head of the cached sequence to f32, then each query
+// position on its own (prefill_position.h), threaded over positions, so that a row's bits do
+// not depend on the chunking. Keys are the first q_pos0 + n_q cache rows.
 // key_add (optional): [n_kv, n_kv_heads, d] rows added to every cached key before the
 // scores, in the cache's basis. It carries an exactly known part of k that the cache does
 // not store (the RoPE-rotated QKV bias, see Transformer: --k-bias-split).

@@ -9,9 +9,16 @@
 namespace oscar {
 namespace {
 
-std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
-  std::vector<uint16_t> y(x.size());
-  std::transform(x.begin(), x.end(), y.begin(), [](float f) { return f32_to_bf16(f).bits; });
+std::vector<uint16_t> to_bf16(const WeightMatrix& m) {
+  const size_t n = size_t(m.rows()) * size_t(m.cols());
+  std::vector<float> copy;
+  const float* x = m.f32();
+  if (!x) {
+    copy = m.to_f32();
+    x = copy.data();
+  }
+  std::vector<uint16_t> y(n);
+  std::transform(x, x + n, y.begin(), [](float f) { return f32_to_bf16(f).bits; });
   return y;
 }
 

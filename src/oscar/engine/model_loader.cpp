@@ -106,7 +106,9 @@ LoadedModel load_model(const ModelOptions& o) {
       std::any_of(rotations->layers.begin(), rotations->layers.end(), [](const LayerRotation& l) { return !l.k_scale.empty(); }))
     fmt::print(stderr, "note: the rotations carry a per-channel key scale (their R_K was fitted for scaled queries); "
                        "add --k-scale to use it\n");
-  m.transformer = std::make_unique<Transformer>(load_model_weights(*src));
+  const WeightStorage storage =
+      o.weights == "f32" || o.device == "cuda" ? WeightStorage::f32 : WeightStorage::native;
+  m.transformer = std::make_unique<Transformer>(load_model_weights(*src, storage));
   if (rotations) apply_clip_flags(o, *rotations);
   m.transformer->configure_kv(kv, rotations ? &*rotations : nullptr);
   if (m.tokenizer->n_vocab() != m.transformer->config().n_vocab)
@@ -115,9 +117,10 @@ LoadedModel load_model(const ModelOptions& o) {
   m.load_seconds = seconds_since(t0);
   if (o.verbose) {
     const ModelConfig& c = m.transformer->config();
-    fmt::print(stderr, "model: {} ({}), {} layers, n_embd {}, heads {}/{}, head_dim {}, vocab {}, weights {} in f32, loaded in {:.2f} s\n",
+    fmt::print(stderr, "model: {} ({}), {} layers, n_embd {}, heads {}/{}, head_dim {}, vocab {}, weights {} ({}), loaded in {:.2f} s\n",
                c.name, arch_name(c.arch), c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_vocab,
-               gib(m.transformer->weights().n_bytes()), m.load_seconds);
+               gib(m.transformer->weights().n_bytes()), storage == WeightStorage::f32 ? "f32" : "as stored",
+               m.load_seconds);
   }
   return m;
 }

@@ -30,6 +30,10 @@ struct ModelOptions {
   bool k_scale = false;                                // int2-oscar*: the rotations' per-channel key scale
   bool verbose = false;
   std::string device = "cpu";  // cpu | cuda
+  // Weight storage on the CPU: "native" keeps the file's quantized / F16 / BF16 matrices
+  // (integer kernels), "f32" dequantizes them at load (the exact reference path). The GPU
+  // backend converts from f32 to BF16 and folds R_V in, so it always loads f32.
+  std::string weights = "native";
 };
 
 struct LoadedModel {

@@ -83,6 +83,9 @@ class GgufFile {
   const TensorInfo& tensor(std::string_view name) const;  // throws naming the tensor
   // Whole tensor dequantized to f32 (n_elements values, ne[0] contiguous).
   std::vector<float> dequantize(const TensorInfo& t) const;
+  // The mapping every TensorInfo::data points into (null for parse()d images): holding it
+  // keeps tensor views valid after the GgufFile is gone.
+  std::shared_ptr<const void> mapping() const { return map_; }
 
  private:
   std::shared_ptr<MappedFile> map_;

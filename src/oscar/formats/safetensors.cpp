@@ -317,6 +317,12 @@ const TensorInfo& SafetensorsModel::tensor(std::string_view name) const {
   return *t;
 }
 
+std::shared_ptr<const void> SafetensorsModel::mapping(std::string_view name) const {
+  const auto it = index_.find(name);
+  if (it == index_.end()) fail("safetensors model: no tensor named '{}'", name);
+  return shards_[it->second.shard].mapping();
+}
+
 std::vector<float> SafetensorsModel::load_f32(std::string_view name) const {
   const auto it = index_.find(name);
   if (it == index_.end()) fail("safetensors model: no tensor named '{}'", name);

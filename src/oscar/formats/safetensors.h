@@ -47,6 +47,8 @@ class SafetensorsFile {
   const TensorInfo& tensor(std::string_view name) const;  // throws naming the tensor
   // F32/F16/BF16 converted exactly to f32; other dtypes are refused with an error.
   std::vector<float> load_f32(const TensorInfo& t) const;
+  // The mapping every TensorInfo::data points into (null for parse()d images).
+  std::shared_ptr<const void> mapping() const { return map_; }
 
  private:
   std::shared_ptr<MappedFile> map_;
@@ -71,6 +73,8 @@ class SafetensorsModel {
   const TensorInfo* find_tensor(std::string_view name) const;
   const TensorInfo& tensor(std::string_view name) const;  // throws naming the tensor
   std::vector<float> load_f32(std::string_view name) const;
+  // The mapping of the shard holding `name` (keeps its TensorInfo::data valid).
+  std::shared_ptr<const void> mapping(std::string_view name) const;
 
  private:
   void add_shard(SafetensorsFile f);

@@ -92,9 +92,11 @@ bool KvCache::evict_for(const KvPages& need) {
 int64_t KvCache::attach_prefix(SeqId seq, std::span<const int32_t> tokens) {
   Sequence& s = seq_ref(seq);
   OSCAR_CHECK(s.length == 0 && s.blocks.empty(), "attach_prefix needs an empty sequence");
-  if (!prefix_on_ || tokens.size() < 2) return 0;
+  if (!prefix_on_ || tokens.size() < 3) return 0;
   const int64_t B = spec_.block_tokens, sink_blocks = spec_.sink / B;
-  const int64_t n_full = (int64_t(tokens.size()) - 1) / B;  // leave a token to compute logits from
+  // Leave at least two tokens to compute: a one-token rest would run as a decode step,
+  // whose attention sums differ in the last bits from the prefill that a miss runs.
+  const int64_t n_full = (int64_t(tokens.size()) - 2) / B;
   const std::vector<PrefixKey> keys = prefix_keys(tokens, n_full);
   std::vector<PrefixEntry*> found;
   for (const PrefixKey& k : keys) {

@@ -62,6 +62,13 @@ class GgufWeightSource final : public WeightSource {
     return file_.dequantize(t);
   }
 
+  std::optional<RawTensor> raw(const std::string& name) const override {
+    const gguf::TensorInfo& t = file_.tensor(name);
+    std::shared_ptr<const void> map = file_.mapping();
+    if (!map) return std::nullopt;
+    return RawTensor{t.type, t.data, std::move(map)};
+  }
+
  private:
   gguf::GgufFile file_;
   ModelConfig cfg_;

@@ -12,6 +12,8 @@ void absorb_v_rotation(ModelWeights& w, const RotationSet& rs) {
   if (rs.head_dim != d || int(rs.layers.size()) != c.n_layers)
     fail("rotation set ({} layers, head_dim {}) does not fit the model ({} layers, head_dim {})", rs.layers.size(),
          rs.head_dim, c.n_layers, d);
+  if (!w.v_rotation_absorbable())
+    fail("R_V can be folded only into f32 weights (--weights f32); quantized weights rotate values at run time");
   std::vector<double> tmp(static_cast<size_t>(d));
   for (int l = 0; l < c.n_layers; ++l) {
     const std::vector<float>& R = rs.layers[size_t(l)].v_rotation;
@@ -27,14 +29,14 @@ void absorb_v_rotation(ModelWeights& w, const RotationSet& rs) {
       for (int i = 0; i < d; ++i) base[i * stride] = float(tmp[size_t(i)]);
     };
     for (int h = 0; h < c.n_kv_heads; ++h) {
-      float* block = lw.wv.data() + int64_t(h) * d * E;
+      float* block = lw.wv.mutable_f32() + int64_t(h) * d * E;
       for (int e = 0; e < E; ++e) rotate_column(block + e, E);
       if (!lw.bv.empty()) rotate_column(lw.bv.data() + int64_t(h) * d, 1);
     }
     // o = o'·Rᵀ, so W_o's columns of each query head are multiplied on the right by R.
     const int64_t cols = int64_t(c.n_heads) * d;
     for (int e = 0; e < E; ++e) {
-      float* row = lw.wo.data() + int64_t(e) * cols;
+      float* row = lw.wo.mutable_f32() + int64_t(e) * cols;
       for (int h = 0; h < c.n_heads; ++h) {
         float* seg = row + int64_t(h) * d;
         for (int i = 0; i < d; ++i) {

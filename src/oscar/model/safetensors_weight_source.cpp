@@ -52,6 +52,21 @@ class SafetensorsWeightSource final : public WeightSource {
   std::vector<int64_t> shape(const std::string& name) const override { return info(name).shape; }
   std::vector<float> load_f32(const std::string& name) const override { return model_.load_f32(lookup(name)); }
 
+  // F32 / F16 / BF16 rows as stored (HF keeps [out, in] row-major, as GGUF does).
+  std::optional<RawTensor> raw(const std::string& name) const override {
+    const st::TensorInfo& t = info(name);
+    GgmlType type;
+    switch (t.dtype) {
+      case st::Dtype::f32: type = GgmlType::f32; break;
+      case st::Dtype::f16: type = GgmlType::f16; break;
+      case st::Dtype::bf16: type = GgmlType::bf16; break;
+      default: return std::nullopt;
+    }
+    std::shared_ptr<const void> map = model_.mapping(lookup(name));
+    if (!map) return std::nullopt;
+    return RawTensor{type, t.data, std::move(map)};
+  }
+
  private:
   const std::string& lookup(const std::string& name) const {
     const auto it = names_.find(name);

@@ -43,6 +43,9 @@ void Transformer::configure_kv(const KvSpec& spec, const RotationSet* rotations,
       }
   }
   const RotationSet* rs = !calibrated ? nullptr : masked ? &*masked : rotations;
+  // Quantized weights cannot take R_V without requantizing: values rotate at run time then
+  // (v·R_V after W_v, o·R_Vᵀ before W_o; d² multiply-adds per head and token).
+  absorb_v = absorb_v && w_.v_rotation_absorbable();
   KvRotator rotator = KvRotator::for_spec(spec, c.n_layers, c.head_dim, rs, absorb_v);  // checks before absorbing
   check_key_scale_available(spec, rs, c.n_layers);
   for (int l = 0; l < c.n_layers; ++l) {  // size checks, also before absorbing
@@ -100,7 +103,7 @@ void Transformer::forward(KvCache& cache, SeqId seq, std::span<const int32_t> to
   const int64_t first = which == LogitsFor::last ? n - 1 : logits_from, rows = n - first;
   rmsnorm(x_.data() + first * E, w_.output_norm.data(), h_.data(), rows, E, c.rms_eps);
   logits.resize(size_t(rows * c.n_vocab));
-  matmul(h_.data(), w_.output_matrix(), nullptr, logits.data(), rows, E, c.n_vocab);
+  qmat::linear(w_.output_matrix(), h_.data(), nullptr, logits.data(), rows);
 }
 
 void Transformer::forward_batch(KvCache& cache, std::span<const SeqTokens> seqs, std::vector<float>& logits) {
@@ -115,7 +118,7 @@ void Transformer::forward_batch(KvCache& cache, std::span<const SeqTokens> seqs,
   for (int64_t i = 0; i < B; ++i) std::copy_n(x_.data() + last_row[size_t(i)] * E, E, last.data() + i * E);
   rmsnorm(last.data(), w_.output_norm.data(), h_.data(), B, E, c.rms_eps);
   logits.resize(size_t(B * c.n_vocab));
-  matmul_decode(h_.data(), w_.output_matrix(), nullptr, logits.data(), B, E, c.n_vocab);
+  qmat::linear_decode(w_.output_matrix(), h_.data(), nullptr, logits.data(), B);
 }
 
 std::vector<int64_t> Transformer::begin_pass(KvCache& cache, std::span<const SeqTokens> seqs) {
@@ -158,8 +161,10 @@ std::vector<int64_t> Transformer::begin_pass(KvCache& cache, std::span<const Seq
   x_.resize(size_t(n_rows_ * E));
   for (size_t k = 0; k < spans_.size(); ++k) {
     const SeqTokens& st = seqs[order[k]];
-    for (int64_t t = 0; t < spans_[k].n; ++t)
-      std::copy_n(w_.token_embd.data() + int64_t(st.tokens[size_t(t)]) * E, E, x_.data() + (spans_[k].row0 + t) * E);
+    for (int64_t t = 0; t < spans_[k].n; ++t) {
+      const int64_t id = st.tokens[size_t(t)];
+      w_.token_embd.dequantize_rows(id, id + 1, x_.data() + (spans_[k].row0 + t) * E);
+    }
   }
   return last_row;
 }
@@ -182,10 +187,10 @@ void Transformer::run_layers(KvCache& cache) {
   }
 }
 
-void Transformer::linear(const float* x, const float* w, const float* bias, float* y, int64_t k, int64_t n) const {
-  const int64_t nd = n_decode_rows_, rest = n_rows_ - n_decode_rows_;
-  if (nd > 0) matmul_decode(x, w, bias, y, nd, k, n);
-  if (rest > 0) matmul(x + nd * k, w, bias, y + nd * n, rest, k, n);
+void Transformer::linear(const float* x, const WeightMatrix& w, const float* bias, float* y) const {
+  const int64_t nd = n_decode_rows_, rest = n_rows_ - n_decode_rows_, k = w.cols(), n = w.rows();
+  if (nd > 0) qmat::linear_decode(w, x, bias, y, nd);
+  if (rest > 0) qmat::linear(w, x + nd * k, bias, y + nd * n, rest);
 }
 
 void Transformer::attention_block(KvCache& cache, int layer) {
@@ -196,9 +201,9 @@ void Transformer::attention_block(KvCache& cache, int layer) {
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
 
   rmsnorm(x_.data(), l.attn_norm.data(), h_.data(), n, E, c.rms_eps);
-  linear(h_.data(), l.wq.data(), bias(l.bq), q_.data(), E, qd);
-  linear(h_.data(), l.wk.data(), bias(l.bk), k_.data(), E, kvd);
-  linear(h_.data(), l.wv.data(), bias(l.bv), v_.data(), E, kvd);
+  linear(h_.data(), l.wq, bias(l.bq), q_.data());
+  linear(h_.data(), l.wk, bias(l.bk), k_.data());
+  linear(h_.data(), l.wv, bias(l.bv), v_.data());
   for (const RowSpan& sp : spans_) {
     for (int64_t t = sp.row0; t < sp.row0 + sp.n; ++t) {
       float* qt = q_.data() + t * qd;
@@ -253,7 +258,7 @@ void Transformer::attention_block(KvCache& cache, int layer) {
     }
   }
   if (rotation_.active()) rotation_.unrotate_o(layer, att_.data(), n * c.n_heads);
-  linear(att_.data(), l.wo.data(), nullptr, proj_.data(), qd, E);
+  linear(att_.data(), l.wo, nullptr, proj_.data());
   add_inplace(x_.data(), proj_.data(), n * E);
 }
 
@@ -278,10 +283,10 @@ void Transformer::mlp_block(int layer) {
   const LayerWeights& l = w_.layers[size_t(layer)];
   const int64_t n = n_rows_, E = c.n_embd, F = c.n_ff;
   rmsnorm(x_.data(), l.ffn_norm.data(), h_.data(), n, E, c.rms_eps);
-  linear(h_.data(), l.w_gate.data(), nullptr, gate_.data(), E, F);
-  linear(h_.data(), l.w_up.data(), nullptr, up_.data(), E, F);
+  linear(h_.data(), l.w_gate, nullptr, gate_.data());
+  linear(h_.data(), l.w_up, nullptr, up_.data());
   swiglu(gate_.data(), up_.data(), n * F);
-  linear(gate_.data(), l.w_down.data(), nullptr, proj_.data(), F, E);
+  linear(gate_.data(), l.w_down, nullptr, proj_.data());
   add_inplace(x_.data(), proj_.data(), n * E);
 }
 

@@ -90,8 +90,9 @@ class Transformer {
   void run_layers(KvCache& cache);
   void attention_block(KvCache& cache, int layer);
   void mlp_block(int layer);
-  // y[rows, n] = x · wᵀ (+ bias) over this pass's rows: decode rows by matmul_decode, the rest by sgemm.
-  void linear(const float* x, const float* w, const float* bias, float* y, int64_t k, int64_t n) const;
+  // y[rows, n] = x · wᵀ (+ bias) over this pass's rows: decode rows by linear_decode (each
+  // row as it would be alone), the rest (prefill chunks) by linear.
+  void linear(const float* x, const WeightMatrix& w, const float* bias, float* y) const;
   // Grows layer's RoPE(b_k, p)·R_K table to n_positions rows (--k-bias-split).
   const float* key_bias_rows(int layer, int64_t n_positions);
 

@@ -5,9 +5,11 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "oscar/formats/ggml_type.h"
 #include "oscar/model/model_config.h"
 
 namespace oscar {
@@ -21,6 +23,15 @@ class WeightSource {
   virtual std::vector<int64_t> shape(const std::string& name) const = 0;
   // Dequantized to f32, row-major in `shape` order. Throws oscar::Error on any problem.
   virtual std::vector<float> load_f32(const std::string& name) const = 0;
+
+  // The tensor's bytes as stored (its ggml type, rows of ggml_row_bytes), valid while
+  // `keep_alive` is held; nullopt where the source cannot give a view (then load_f32).
+  struct RawTensor {
+    GgmlType type = GgmlType::f32;
+    const void* data = nullptr;
+    std::shared_ptr<const void> keep_alive;
+  };
+  virtual std::optional<RawTensor> raw(const std::string& name) const { return std::nullopt; }
 };
 
 // Opens a .gguf file, or a directory / .safetensors file with a config.json beside it.

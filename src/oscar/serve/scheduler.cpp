@@ -221,9 +221,14 @@ bool Scheduler::schedule() {
 int64_t Scheduler::largest_chunk(const Active& a, int64_t n, const KvPages& planned, const KvPages& free) const {
   // The longest chunk of at most n tokens whose pages fit beside what the step has planned;
   // shorter by whole pages, so that a tight fp pool slows a prefill instead of stopping it.
+  // A chunk never leaves exactly one prompt token: that token would run as a decode step,
+  // whose attention differs in the last bits from prefill, and the request's tokens would
+  // depend on how it was batched.
+  const auto shorten = [&](int64_t c) { return a.pending() - c == 1 ? c - 1 : c; };
+  n = shorten(n);
   while (n > 0 && !fits(runner_.append_need(a.seq, n), planned, free)) {
     const int64_t step = n % 16 == 0 ? 16 : n % 16;
-    n -= step;
+    n = shorten(n - step);
   }
   return n;
 }
