@@ -16,7 +16,8 @@ void linear_rows(const WeightMatrix& w, const float* x, const float* bias, float
 void linear_panels(const WeightMatrix& w, const float* x, const float* bias, float* y, int64_t m,
                    int64_t panel_rows = 0);
 
-// Whether linear() takes (b) for this shape (always false for F32 and for m = 1).
+// Whether (b) is the faster design for this shape (always false for F32 and for m = 1).
+// linear() does not take it today: (a) is exact per row, which the server's batching needs.
 bool linear_prefers_panels(GgmlType t, int64_t m, int64_t k, int64_t n);
 
 }  // namespace oscar::qmat

@@ -58,8 +58,9 @@ class WeightMatrix {
 //   - F32: matmul() of ops/matmul.h, unchanged (matvec for m = 1, sgemm above).
 //   - F16 / BF16: rows converted in registers, f32 products.
 //   - block formats: each x row quantized to ActQ8Block once, then the qdot kernel per
-//     (weight row, x row), each weight row read once for all m rows; for larger m (prefill)
-//     whichever of that and a panel dequantized into sgemm measured faster.
+//     (weight row, x row), each weight row read once for all m rows. Every output row
+//     depends only on its x row (the panel-into-sgemm design of linear_paths.h is kept
+//     for measurement, not used: its sums depend on the shape).
 void linear(const WeightMatrix& w, const float* x, const float* bias, float* y, int64_t m);
 
 // As linear(), but each output row is bit-identical to what linear(m = 1) gives for its x
