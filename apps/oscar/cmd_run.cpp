@@ -21,6 +21,7 @@ struct RunOptions {
   std::string prompt_file;
   std::string system;
   int n_predict = 128;
+  int batch = 512;  // prompt tokens per forward pass: bounds activation memory on long prompts
   bool chat = false;
   bool no_display_prompt = false;
 };
@@ -56,7 +57,7 @@ int run(RunOptions o) {
     std::fflush(stdout);
     return true;
   };
-  const GenerationStats st = engine::generate(*runner, *m.tokenizer, seq, prompt, o.n_predict, sampler, print_token);
+  const GenerationStats st = engine::generate(*runner, *m.tokenizer, seq, prompt, o.n_predict, sampler, print_token, o.batch);
   fmt::print("{}\n", out.flush());
   fmt::print(stderr, "\nprompt: {} tokens in {:.2f} s ({:.1f} tokens/s); generation: {} tokens in {:.2f} s ({:.1f} tokens/s)\n",
              st.n_prompt, st.prompt_seconds, double(st.n_prompt) / std::max(st.prompt_seconds, 1e-9), st.n_generated,
@@ -74,6 +75,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", o->prompt, "prompt text (appended to the file's text with -f)");
   cmd->add_option("-f,--file", o->prompt_file, "read the prompt from a file")->check(CLI::ExistingFile);
   cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-b,--batch-size", o->batch,
+                  "prompt tokens per forward pass (bounds activation memory; with native weights the logits do "
+                  "not depend on it)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--chat", o->chat, "wrap the prompt in the model's chat template as a user message");
   cmd->add_option("--system", o->system, "system message (with --chat)");
   cmd->add_flag("--no-display-prompt", o->no_display_prompt, "do not echo the prompt");
