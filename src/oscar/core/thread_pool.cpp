@@ -36,19 +36,32 @@ void ThreadPool::run_share(int index) {
   }
 }
 
+namespace {
+// Polls before sleeping: a few tens of microseconds, about what a wake-up costs, so an
+// oversubscribed machine loses little to the spinning.
+constexpr int spin_polls = 1000;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
+    for (int i = 0; i < spin_polls && generation_.load(std::memory_order_acquire) == seen; ++i) cpu_relax();
     {
       std::unique_lock lock(mu_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      start_cv_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
       if (stop_) return;
-      seen = generation_;
+      seen = generation_.load();
     }
     run_share(index);
-    {
-      std::lock_guard lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard lock(mu_);  // the caller may be asleep on done_cv_
+      done_cv_.notify_one();
     }
   }
 }
@@ -71,8 +84,9 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   }
   start_cv_.notify_all();
   run_share(0);
+  for (int i = 0; i < spin_polls && pending_.load(std::memory_order_acquire) != 0; ++i) cpu_relax();
   std::unique_lock lock(mu_);
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  done_cv_.wait(lock, [&] { return pending_.load() == 0; });
   job_ = nullptr;
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
