@@ -528,6 +528,7 @@ def drive(a):
                                                "above it after that is kept in samples but left out of the median "
                                                "when the row has a clean one (reps_in_median)"},
                "oscar": {"bin": tilde(a.oscar_bin), "bin_source": tilde(a.oscar_bin_source), "bin_sha256": a.bin_sha,
+                     "bin_source_mtime": a.bin_mtime,
                          "rotations": tilde(a.rotations) if a.rotations else None, "rotations_how": a.rotations_how,
                          "git_dirty": a.git_dirty},
                "peer": {"package": f"llama-cpp-python=={a.peer_version}", "requirements": "bench/peer_requirements.txt",
@@ -662,6 +663,9 @@ def main():
             h.update(chunk)
     a.bin_sha = h.hexdigest()
     a.git_dirty = a.git_dirty == "1"
+    src = a.oscar_bin_source or a.oscar_bin
+    a.bin_mtime = datetime.datetime.fromtimestamp(os.path.getmtime(src), datetime.timezone.utc).isoformat(
+        timespec="seconds") if os.path.exists(src) else None
     return drive(a)
 
 
