@@ -181,14 +181,15 @@ def run_measured(cmd, timeout_s, log_path):
                     p.returncode = os.waitstatus_to_exitcode(st)
                     raise StepFailed(f"timed out after {timeout_s:.0f} s (log {tilde(log_path)})")
                 time.sleep(0.05)
-        except StepFailed:
-            raise
-        except BaseException:  # SIGTERM/SIGINT while waiting: take the step's processes down too
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-                os.wait4(p.pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
+        except BaseException as e:  # a timeout, or SIGTERM/SIGINT while waiting: take the step's processes down too
+            if not isinstance(e, StepFailed):
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    os.wait4(p.pid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+            if tfile and os.path.exists(tfile):
+                os.remove(tfile)
             raise
     text = open(log_path).read()
     rss = None
