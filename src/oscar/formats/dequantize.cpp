@@ -5,6 +5,7 @@
 
 #include "oscar/core/dtype.h"
 #include "oscar/core/error.h"
+#include "oscar/formats/block_fields.h"
 #include "oscar/formats/ggml_type.h"
 
 namespace oscar {
@@ -13,21 +14,9 @@ namespace {
 constexpr int qk = 32;     // block size of the legacy quants
 constexpr int qk_k = 256;  // super-block size of the K-quants
 
-float half_at(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return fp16_to_f32(fp16{bits});
-}
-
-uint32_t u32_at(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // Q4_0: d:f16, qs[16]; element j is the low nibble of qs[j], element j+16 the high one.
 void dequant_q4_0(const uint8_t* b, float* y) {
-  const float d = half_at(b);
+  const float d = block_half(b);
   const uint8_t* qs = b + 2;
   for (int j = 0; j < qk / 2; ++j) {
     y[j] = float(int(qs[j] & 0x0f) - 8) * d;
@@ -37,8 +26,8 @@ void dequant_q4_0(const uint8_t* b, float* y) {
 
 // Q4_1: d:f16, m:f16, qs[16]; x = q*d + m.
 void dequant_q4_1(const uint8_t* b, float* y) {
-  const float d = half_at(b);
-  const float m = half_at(b + 2);
+  const float d = block_half(b);
+  const float m = block_half(b + 2);
   const uint8_t* qs = b + 4;
   for (int j = 0; j < qk / 2; ++j) {
     y[j] = float(qs[j] & 0x0f) * d + m;
@@ -48,8 +37,8 @@ void dequant_q4_1(const uint8_t* b, float* y) {
 
 // Q5_0: d:f16, qh:u32 (bit j = fifth bit of element j), qs[16] low nibbles.
 void dequant_q5_0(const uint8_t* b, float* y) {
-  const float d = half_at(b);
-  const uint32_t qh = u32_at(b + 2);
+  const float d = block_half(b);
+  const uint32_t qh = block_u32(b + 2);
   const uint8_t* qs = b + 6;
   for (int j = 0; j < qk / 2; ++j) {
     const int h0 = int((qh >> j) & 1u) << 4;
@@ -61,9 +50,9 @@ void dequant_q5_0(const uint8_t* b, float* y) {
 
 // Q5_1: d:f16, m:f16, qh:u32, qs[16]; x = q*d + m.
 void dequant_q5_1(const uint8_t* b, float* y) {
-  const float d = half_at(b);
-  const float m = half_at(b + 2);
-  const uint32_t qh = u32_at(b + 4);
+  const float d = block_half(b);
+  const float m = block_half(b + 2);
+  const uint32_t qh = block_u32(b + 4);
   const uint8_t* qs = b + 8;
   for (int j = 0; j < qk / 2; ++j) {
     const int h0 = int((qh >> j) & 1u) << 4;
@@ -75,36 +64,22 @@ void dequant_q5_1(const uint8_t* b, float* y) {
 
 // Q8_0: d:f16, qs[32] int8.
 void dequant_q8_0(const uint8_t* b, float* y) {
-  const float d = half_at(b);
+  const float d = block_half(b);
   for (int j = 0; j < qk; ++j) y[j] = float(int8_t(b[2 + j])) * d;
-}
-
-// The 12 scale bytes of Q4_K/Q5_K hold eight 6-bit scales and eight 6-bit mins:
-// bytes 0-3 / 4-7 carry scales / mins 0-3 in their low 6 bits; scales / mins 4-7 take
-// their low 4 bits from bytes 8-11 (low / high nibble) and their top 2 bits from the
-// top bits of bytes 0-3 / 4-7.
-void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = uint8_t((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
-    *m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
 }
 
 // Q4_K: d:f16, dmin:f16, scales[12], qs[128]. Each 64-element chunk uses one 32-byte run
 // of qs: low nibbles for its first 32 elements, high nibbles for the next 32.
 void dequant_q4_k(const uint8_t* b, float* y) {
-  const float d = half_at(b);
-  const float dmin = half_at(b + 2);
+  const float d = block_half(b);
+  const float dmin = block_half(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* q = b + 16;
   for (int is = 0; is < 8; is += 2, q += 32, y += 64) {
     uint8_t sc, m;
-    scale_min_k4(is, scales, &sc, &m);
+    k4_scale_min(is, scales, &sc, &m);
     const float d1 = d * float(sc), m1 = dmin * float(m);
-    scale_min_k4(is + 1, scales, &sc, &m);
+    k4_scale_min(is + 1, scales, &sc, &m);
     const float d2 = d * float(sc), m2 = dmin * float(m);
     for (int l = 0; l < 32; ++l) y[l] = d1 * float(q[l] & 0x0f) - m1;
     for (int l = 0; l < 32; ++l) y[l + 32] = d2 * float(q[l] >> 4) - m2;
@@ -114,16 +89,16 @@ void dequant_q4_k(const uint8_t* b, float* y) {
 // Q5_K: d:f16, dmin:f16, scales[12], qh[32], qs[128]. As Q4_K, plus a fifth bit from
 // qh: chunk c (of 8 sub-blocks of 32) takes bit c of qh[l].
 void dequant_q5_k(const uint8_t* b, float* y) {
-  const float d = half_at(b);
-  const float dmin = half_at(b + 2);
+  const float d = block_half(b);
+  const float dmin = block_half(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* qh = b + 16;
   const uint8_t* ql = b + 48;
   for (int is = 0; is < 8; is += 2, ql += 32, y += 64) {
     uint8_t sc, m;
-    scale_min_k4(is, scales, &sc, &m);
+    k4_scale_min(is, scales, &sc, &m);
     const float d1 = d * float(sc), m1 = dmin * float(m);
-    scale_min_k4(is + 1, scales, &sc, &m);
+    k4_scale_min(is + 1, scales, &sc, &m);
     const float d2 = d * float(sc), m2 = dmin * float(m);
     const uint8_t u1 = uint8_t(1u << is), u2 = uint8_t(2u << is);
     for (int l = 0; l < 32; ++l) y[l] = d1 * float((ql[l] & 0x0f) + ((qh[l] & u1) ? 16 : 0)) - m1;
@@ -137,7 +112,7 @@ void dequant_q6_k(const uint8_t* b, float* y) {
   const uint8_t* ql = b;
   const uint8_t* qh = b + qk_k / 2;
   const int8_t* sc = reinterpret_cast<const int8_t*>(b + qk_k / 2 + qk_k / 4);
-  const float d = half_at(b + qk_k / 2 + qk_k / 4 + qk_k / 16);
+  const float d = block_half(b + qk_k / 2 + qk_k / 4 + qk_k / 16);
   for (int half = 0; half < 2; ++half, ql += 64, qh += 32, sc += 8, y += 128) {
     for (int l = 0; l < 32; ++l) {
       const int is = l / 16;

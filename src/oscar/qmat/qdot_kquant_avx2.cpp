@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "oscar/formats/block_fields.h"
 #include "oscar/ops/avx2_util.h"
 #include "oscar/qmat/qdot.h"
 
@@ -21,12 +22,6 @@ inline float half_at(const uint8_t* p) {
   return _cvtsh_ss(bits);
 }
 
-inline uint32_t u32_at(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // Unpacks the 12 scale bytes of Q4_K/Q5_K: byte j of *sc / *m is sub-block j's 6-bit
@@ -34,7 +29,7 @@ inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<con
 // their low nibble from bytes 8-11 (low / high half) and their top 2 bits from the top
 // of bytes 0-3 / 4-7.
 inline void unpack_scales(const uint8_t* s, uint64_t* sc, uint64_t* m) {
-  const uint32_t a = u32_at(s), b = u32_at(s + 4), c = u32_at(s + 8);
+  const uint32_t a = block_u32(s), b = block_u32(s + 4), c = block_u32(s + 8);
   const uint32_t sc_lo = a & 0x3f3f3f3fu;
   const uint32_t sc_hi = (c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4);
   const uint32_t m_lo = b & 0x3f3f3f3fu;
@@ -84,7 +79,7 @@ float qdot_k45_avx2(const uint8_t* w, const ActQ8Block* x, int64_t k) {
     // The 8 blocks' x.sum (stride 40 bytes): one gather measured ~8% faster on the whole
     // kernel than 8 scalar loads and inserts, which crowd the shuffle port.
     const __m256 sums = _mm256_i32gather_ps(&x[0].sum, sum_index, 4);
-    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(int(u32_at(w))));  // d, dmin
+    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(int(block_u32(w))));  // d, dmin
     __m256i qh = _mm256_setzero_si256();
     if constexpr (five) qh = load32(w + 16);
     __m256 sacc0 = _mm256_setzero_ps(), sacc1 = _mm256_setzero_ps();

@@ -1,8 +1,6 @@
 // Scalar reference dot products of one Q4_K / Q5_K / Q6_K weight row (k a multiple of 256)
 // with its 8-bit activation row: integer sums inside each 32-element block, f32 across blocks.
-#include <cstring>
-
-#include "oscar/core/dtype.h"
+#include "oscar/formats/block_fields.h"
 #include "oscar/qmat/qdot.h"
 
 namespace oscar::qmat {
@@ -13,32 +11,14 @@ constexpr int64_t q4_k_bytes = 144;  // d, dmin, scales[12], qs[128]
 constexpr int64_t q5_k_bytes = 176;  // d, dmin, scales[12], qh[32], qs[128]
 constexpr int64_t q6_k_bytes = 210;  // ql[128], qh[64], scales[16], d
 
-float half_at(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return fp16_to_f32(fp16{bits});
-}
-
-// The 6-bit scale and min of sub-block j from the 12 packed bytes (the layout that
-// dequantize.cpp's scale_min_k4 documents).
-void scale_min(int j, const uint8_t* s, int* sc, int* m) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *m = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
 // Q4_K and Q5_K differ only in the fifth bit (qh == nullptr for Q4_K). Sub-block j of a
 // super-block reads the low (j even) or high (j odd) nibbles of qs[32·(j/2) ..][0..32).
 float qdot_k45(const uint8_t* w, const ActQ8Block* x, int64_t k, bool five) {
   const int64_t block_bytes = five ? q5_k_bytes : q4_k_bytes;
   float sum = 0.0f;
   for (int64_t sb = 0; sb < k / qk_k; ++sb, w += block_bytes, x += 8) {
-    const float d = half_at(w);
-    const float dmin = half_at(w + 2);
+    const float d = block_half(w);
+    const float dmin = block_half(w + 2);
     const uint8_t* scales = w + 4;
     const uint8_t* qh = five ? w + 16 : nullptr;
     const uint8_t* qs = w + (five ? 48 : 16);
@@ -51,8 +31,8 @@ float qdot_k45(const uint8_t* w, const ActQ8Block* x, int64_t k, bool five) {
         if (qh) v |= ((qh[l] >> j) & 1) << 4;
         isum += v * x[j].q[l];
       }
-      int sc, m;
-      scale_min(j, scales, &sc, &m);
+      uint8_t sc, m;
+      k4_scale_min(j, scales, &sc, &m);
       sum += d * float(sc) * x[j].d * float(isum) - dmin * float(m) * x[j].sum;
     }
   }
@@ -76,7 +56,7 @@ float qdot_q6_k_ref(const void* wv, const ActQ8Block* x, int64_t k) {
   const auto* w = static_cast<const uint8_t*>(wv);
   float sum = 0.0f;
   for (int64_t sb = 0; sb < k / qk_k; ++sb, w += q6_k_bytes) {
-    const float d = half_at(w + 208);
+    const float d = block_half(w + 208);
     for (int half = 0; half < 2; ++half, x += 4) {
       const uint8_t* ql = w + 64 * half;
       const uint8_t* qh = w + 128 + 32 * half;

@@ -1,27 +1,13 @@
 // Scalar references for the legacy-quant dot products (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0):
 // an exact integer sum inside each block of 32, then d_w·d_x·Σ (+ m_w·sum_x) in f32.
 // Block layouts are ggml's block_q* (see formats/dequantize.cpp), read byte by byte.
-#include <cstring>
-
-#include "oscar/core/dtype.h"
+#include "oscar/formats/block_fields.h"
 #include "oscar/qmat/qdot.h"
 
 namespace oscar::qmat {
 namespace {
 
 constexpr int half_block = act_block / 2;
-
-float half_at(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return fp16_to_f32(fp16{bits});
-}
-
-uint32_t u32_at(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // Σ w[i]·x.q[i] for 4-bit codes in qs (element j: low nibble of qs[j], j+16: high
 // nibble), optional fifth bits from qh (bit j for element j), minus `offset`.
@@ -43,7 +29,7 @@ float qdot_q4_0_ref(const void* w, const ActQ8Block* x, int64_t k) {
   float acc = 0.0f;
   for (int64_t i = 0; i < k / act_block; ++i, b += 18) {
     const int s = isum_nibbles(b + 2, 0, 8, x[i].q);
-    acc += half_at(b) * x[i].d * float(s);
+    acc += block_half(b) * x[i].d * float(s);
   }
   return acc;
 }
@@ -54,7 +40,7 @@ float qdot_q4_1_ref(const void* w, const ActQ8Block* x, int64_t k) {
   float acc = 0.0f;
   for (int64_t i = 0; i < k / act_block; ++i, b += 20) {
     const int s = isum_nibbles(b + 4, 0, 0, x[i].q);
-    acc += half_at(b) * x[i].d * float(s) + half_at(b + 2) * x[i].sum;
+    acc += block_half(b) * x[i].d * float(s) + block_half(b + 2) * x[i].sum;
   }
   return acc;
 }
@@ -64,8 +50,8 @@ float qdot_q5_0_ref(const void* w, const ActQ8Block* x, int64_t k) {
   const auto* b = static_cast<const uint8_t*>(w);
   float acc = 0.0f;
   for (int64_t i = 0; i < k / act_block; ++i, b += 22) {
-    const int s = isum_nibbles(b + 6, u32_at(b + 2), 16, x[i].q);
-    acc += half_at(b) * x[i].d * float(s);
+    const int s = isum_nibbles(b + 6, block_u32(b + 2), 16, x[i].q);
+    acc += block_half(b) * x[i].d * float(s);
   }
   return acc;
 }
@@ -75,8 +61,8 @@ float qdot_q5_1_ref(const void* w, const ActQ8Block* x, int64_t k) {
   const auto* b = static_cast<const uint8_t*>(w);
   float acc = 0.0f;
   for (int64_t i = 0; i < k / act_block; ++i, b += 24) {
-    const int s = isum_nibbles(b + 8, u32_at(b + 4), 0, x[i].q);
-    acc += half_at(b) * x[i].d * float(s) + half_at(b + 2) * x[i].sum;
+    const int s = isum_nibbles(b + 8, block_u32(b + 4), 0, x[i].q);
+    acc += block_half(b) * x[i].d * float(s) + block_half(b + 2) * x[i].sum;
   }
   return acc;
 }
@@ -88,7 +74,7 @@ float qdot_q8_0_ref(const void* w, const ActQ8Block* x, int64_t k) {
   for (int64_t i = 0; i < k / act_block; ++i, b += 34) {
     int s = 0;
     for (int j = 0; j < act_block; ++j) s += int(int8_t(b[2 + j])) * x[i].q[j];
-    acc += half_at(b) * x[i].d * float(s);
+    acc += block_half(b) * x[i].d * float(s);
   }
   return acc;
 }
