@@ -61,13 +61,8 @@ threads=2
 py="$OSCAR_VENV/bin/python"
 start_s=$SECONDS
 total_s=$(( minutes * 60 ))
-left() { echo $(( total_s - (SECONDS - start_s) )); }
-step_timeout() {  # min(wanted, time left); stops the run when nothing is left
-  local want=$1 l
-  l=$(left)
-  (( l > 10 )) || { echo "cpu_peer.sh: out of time (${total_s}s)" >&2; exit 1; }
-  (( want < l )) && echo "$want" || echo "$l"
-}
+budget_name=cpu_peer.sh
+source bench/run_budget.sh
 log_dir="$(mktemp -d "${TMPDIR:-/tmp}/cpu_peer.XXXXXX")"
 trap 'exit 130' INT TERM
 

@@ -58,13 +58,8 @@ bin="${OSCAR_BIN:-$OSCAR_BUILD/oscar}"
 py="$OSCAR_VENV/bin/python"
 start_s=$SECONDS
 total_s=1500  # 25 minutes for everything
-left() { echo $(( total_s - (SECONDS - start_s) )); }
-step_timeout() {  # min(wanted, time left); stops the run when nothing is left
-  local want=$1 l
-  l=$(left)
-  (( l > 10 )) || { echo "serve_cpu.sh: out of time (${total_s}s)" >&2; exit 1; }
-  (( want < l )) && echo "$want" || echo "$l"
-}
+budget_name=serve_cpu.sh
+source bench/run_budget.sh
 log_dir="$(mktemp -d "${TMPDIR:-/tmp}/serve_cpu.XXXXXX")"
 pids=()
 stop_pid() {  # SIGTERM, 10 s to drain, then SIGKILL
