@@ -123,24 +123,21 @@ int serve(const ServeOptions& o) {
                double(plan.hist_page_bytes) / double(plan.hist_page_tokens), plan.fp_pages, plan.fp_page_bytes,
                plan.hist_pages, plan.hist_page_bytes, format_bytes(plan.bytes), o.max_seqs, ctx, plan.seqs_at_ctx);
     runner = std::make_unique<DeviceRunner>(*m.transformer, plan, o.max_seqs, ctx);
-    fmt::print(stderr, "prefix cache: off on the GPU (not implemented there yet)\n");
 #endif
   } else {
     const engine::KvPlan plan = engine::plan_kv_cache(*m.transformer, budget, o.max_seqs, ctx, o.step_tokens);
     print_plan(plan, *m.transformer, o, ctx);
-    auto cpu = std::make_unique<CpuRunner>(*m.transformer, m.transformer->make_cache(plan.pages));
-    if (o.no_prefix_cache) {
-      fmt::print(stderr, "prefix cache: off (--no-prefix-cache)\n");
-    } else {
-      try {
-        cpu->cache().enable_prefix_cache(prefix_salt(o.model));
-        fmt::print(stderr, "prefix cache: on (whole pages of {} tokens, shared read-only, evicted LRU)\n",
-                   m.transformer->kv_spec().block_tokens);
-      } catch (const Error& e) {
-        fmt::print(stderr, "prefix cache: off ({})\n", e.what());
-      }
+    runner = std::make_unique<CpuRunner>(*m.transformer, m.transformer->make_cache(plan.pages));
+  }
+  if (o.no_prefix_cache) {
+    fmt::print(stderr, "prefix cache: off (--no-prefix-cache)\n");
+  } else {
+    try {
+      const int block = runner->enable_prefix_cache(prefix_salt(o.model));
+      fmt::print(stderr, "prefix cache: on (whole pages of {} tokens, shared read-only, evicted LRU)\n", block);
+    } catch (const Error& e) {
+      fmt::print(stderr, "prefix cache: off ({})\n", e.what());
     }
-    runner = std::move(cpu);
   }
   fmt::print(stderr, "engine: {}\n", runner->describe());
   serve::Scheduler scheduler(*runner, *m.tokenizer, serve::SchedulerConfig{o.max_seqs, o.step_tokens, ctx}, metrics);

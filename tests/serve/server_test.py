@@ -821,11 +821,8 @@ def prefix_cache_check(srv: Server):
         check(isinstance(cached, int) and 0 <= cached <= u.get("prompt_tokens", 0),
               f"{which}: cached_tokens {cached!r} (prompt_tokens {u.get('prompt_tokens')})")
     # The second request must be a hit (whole pages, at least one token left to compute),
-    # and equal to the miss above; where the server says its prefix cache is off (the GPU for
-    # now), only the equality.
-    if "prefix cache: on" not in srv.log_text():
-        note("the server runs without a prefix cache: hit = miss checked, the hit itself not")
-        return
+    # and equal to the miss above, on the CPU and the GPU alike.
+    check("prefix cache: on" in srv.log_text(), "the server did not turn its prefix cache on")
     pt = ub.get("prompt_tokens", 0)
     check(isinstance(cb, int) and cb >= pt - 16 and cb % 16 == 0,
           f"second request: cached_tokens {cb!r}, wanted the prompt's whole pages (prompt_tokens {pt})")

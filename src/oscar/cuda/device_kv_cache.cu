@@ -137,6 +137,11 @@ DeviceKvCache::DeviceKvCache(int n_layers, int n_kv_heads, int head_dim, const K
     fail(what, "uploading the page tables failed");
   for (int64_t p = limits_.fp_pages - 1; p >= 0; --p) free_fp_.push_back(int32_t(p));
   for (int64_t p = limits_.hist_pages - 1; p >= 0; --p) free_hist_.push_back(int32_t(p));
+  for (int pool = 0; pool < 2; ++pool) {
+    const size_t n = size_t(pool ? limits_.hist_pages : limits_.fp_pages);
+    refs_[pool].assign(n, 0);
+    cache_refs_[pool].assign(n, 0);
+  }
   length_.assign(size_t(limits.max_seqs), 0);
   active_.assign(size_t(limits.max_seqs), false);
 }
@@ -210,21 +215,26 @@ int DeviceKvCache::add_sequence() {
 
 void DeviceKvCache::remove_sequence(int slot) {
   check_slot(slot, "DeviceKvCache::remove_sequence");
+  clear_sequence(slot);
+  active_[size_t(slot)] = false;
+}
+
+void DeviceKvCache::clear_sequence(int slot) {
+  check_slot(slot, "DeviceKvCache::clear_sequence");
   for (int64_t i = 0; i < fp_stride_; ++i) {
     const int32_t p = h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)];
     if (p >= 0) {
-      free_fp_.push_back(p);
+      release_page(false, p);
       set_entry(false, slot, i, -1);
     }
   }
   for (int64_t i = 0; i < hist_stride_; ++i) {
     const int32_t p = h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t(i)];
     if (p >= 0) {
-      free_hist_.push_back(p);
+      release_page(true, p);
       set_entry(true, slot, i, -1);
     }
   }
-  active_[size_t(slot)] = false;
   length_[size_t(slot)] = 0;
 }
 
@@ -261,14 +271,8 @@ void DeviceKvCache::begin_tokens(int slot, int64_t n) {
     fail(what, "the KV cache is full (" + std::to_string(limits_.fp_pages) + " fp pages, " +
                    std::to_string(limits_.hist_pages) + " history pages) at token " + std::to_string(t0) +
                    " of sequence slot " + std::to_string(slot));
-  for (int64_t i : fp_need) {
-    set_entry(false, slot, i, free_fp_.back());
-    free_fp_.pop_back();
-  }
-  for (int64_t i : hist_need) {
-    set_entry(true, slot, i, free_hist_.back());
-    free_hist_.pop_back();
-  }
+  for (int64_t i : fp_need) set_entry(false, slot, i, take_page(false));
+  for (int64_t i : hist_need) set_entry(true, slot, i, take_page(true));
 }
 
 void DeviceKvCache::missing_pages(int slot, int64_t n, std::vector<int64_t>* fp, std::vector<int64_t>* hist) const {
@@ -294,12 +298,17 @@ DeviceKvCache::Pages DeviceKvCache::append_need(int slot, int64_t n) const {
 void DeviceKvCache::segment_pages(int64_t* sink, int64_t* recent, int64_t* hist) const {
   *sink = *recent = *hist = 0;
   const int64_t sink_pages = fmt_.any_history() ? ceil_div(fmt_.sink, kPage) : 0;
+  std::vector<char> fp_seen(size_t(limits_.fp_pages)), hist_seen(size_t(limits_.hist_pages));
   for (int s = 0; s < limits_.max_seqs; ++s) {
     if (!active_[size_t(s)]) continue;
-    for (int64_t i = 0; i < fp_stride_; ++i)
-      if (h_fp_table_[size_t(s) * size_t(fp_stride_) + size_t(i)] >= 0) ++(i < sink_pages ? *sink : *recent);
-    for (int64_t i = 0; i < hist_stride_; ++i)
-      if (h_hist_table_[size_t(s) * size_t(hist_stride_) + size_t(i)] >= 0) ++*hist;
+    for (int64_t i = 0; i < fp_stride_; ++i) {
+      const int32_t p = h_fp_table_[size_t(s) * size_t(fp_stride_) + size_t(i)];
+      if (p >= 0 && !fp_seen[size_t(p)]) fp_seen[size_t(p)] = 1, ++(i < sink_pages ? *sink : *recent);
+    }
+    for (int64_t i = 0; i < hist_stride_; ++i) {
+      const int32_t p = h_hist_table_[size_t(s) * size_t(hist_stride_) + size_t(i)];
+      if (p >= 0 && !hist_seen[size_t(p)]) hist_seen[size_t(p)] = 1, ++*hist;
+    }
   }
 }
 
@@ -313,10 +322,85 @@ void DeviceKvCache::end_tokens(int slot, int64_t n) {
   for (int64_t i = first; (i + 1) * kPage <= history_end(t); ++i) {
     const int32_t p = h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)];
     if (p >= 0) {
-      free_fp_.push_back(p);
+      release_page(false, p);
       set_entry(false, slot, i, -1);
     }
   }
+}
+
+int32_t DeviceKvCache::take_page(bool hist) {
+  auto& free = hist ? free_hist_ : free_fp_;
+  const int32_t p = free.back();
+  free.pop_back();
+  refs_[hist][size_t(p)] = 1;
+  return p;
+}
+
+void DeviceKvCache::release_page(bool hist, int32_t page) { change_owners(hist, page, -1, false); }
+
+void DeviceKvCache::change_owners(bool hist, int32_t page, int delta, bool by_cache) {
+  auto& refs = refs_[hist];
+  auto& cached = cache_refs_[hist];
+  if (page < 0 || size_t(page) >= refs.size() || refs[size_t(page)] <= 0 || (delta < 0 && by_cache && cached[size_t(page)] <= 0))
+    fail("DeviceKvCache", std::string(hist ? "history" : "fp") + " page " + std::to_string(page) +
+                              (delta < 0 ? " released" : " shared") + " but not held");
+  const auto cache_only = [&] { return cached[size_t(page)] > 0 && cached[size_t(page)] == refs[size_t(page)]; };
+  const bool was = cache_only();
+  refs[size_t(page)] += delta;
+  if (by_cache) cached[size_t(page)] += delta;
+  cache_only_[hist] += int64_t(cache_only()) - int64_t(was);
+  if (refs[size_t(page)] == 0) (hist ? free_hist_ : free_fp_).push_back(page);
+}
+
+void DeviceKvCache::cache_hold(Pool pool, int32_t page) { change_owners(pool == Pool::hist, page, +1, true); }
+void DeviceKvCache::cache_drop(Pool pool, int32_t page) { change_owners(pool == Pool::hist, page, -1, true); }
+
+bool DeviceKvCache::cache_only(Pool pool, int32_t page) const {
+  const bool h = pool == Pool::hist;
+  return page >= 0 && size_t(page) < refs_[h].size() && cache_refs_[h][size_t(page)] > 0 &&
+         cache_refs_[h][size_t(page)] == refs_[h][size_t(page)];
+}
+
+int32_t DeviceKvCache::entry(Pool pool, int slot, int64_t i) const {
+  check_slot(slot, "DeviceKvCache::entry");
+  const bool h = pool == Pool::hist;
+  const int64_t stride = h ? hist_stride_ : fp_stride_;
+  return i >= 0 && i < stride ? (h ? h_hist_table_ : h_fp_table_)[size_t(slot) * size_t(stride) + size_t(i)] : -1;
+}
+
+void DeviceKvCache::adopt(int slot, int64_t length, const std::vector<int32_t>& fp, const std::vector<int32_t>& hist) {
+  const char* what = "DeviceKvCache::adopt";
+  check_slot(slot, what);
+  if (length_[size_t(slot)] != 0) fail(what, "sequence slot " + std::to_string(slot) + " is not empty");
+  if (length <= 0 || length > limits_.max_seq_len || int64_t(fp.size()) > fp_stride_ ||
+      int64_t(hist.size()) > hist_stride_)
+    fail(what, "a prefix of " + std::to_string(length) + " tokens does not fit the page tables");
+  for (const auto& [pages, h] : {std::pair{&fp, false}, std::pair{&hist, true}})
+    for (size_t i = 0; i < pages->size(); ++i)
+      if ((*pages)[i] >= 0) {
+        change_owners(h, (*pages)[i], +1, false);
+        set_entry(h, slot, int64_t(i), (*pages)[i]);
+      }
+  length_[size_t(slot)] = length;
+}
+
+bool DeviceKvCache::unshare_hist(int slot, int64_t i) {
+  const char* what = "DeviceKvCache::unshare_hist";
+  const int32_t page = entry(Pool::hist, slot, i);
+  if (page < 0) fail(what, "sequence slot " + std::to_string(slot) + " has no history page " + std::to_string(i));
+  if (free_hist_.empty()) return false;
+  const int32_t q = take_page(true);
+  for (int l = 0; l < n_layers_; ++l) {
+    const size_t bytes = size_t(n_kv_heads_) * kHistPage * row_bytes(l);
+    if (bytes == 0) continue;
+    for (uint8_t* pool : {hist_k_[size_t(l)], hist_v_[size_t(l)]})
+      if (cudaMemcpyAsync(pool + size_t(q) * bytes, pool + size_t(page) * bytes, bytes, cudaMemcpyDeviceToDevice,
+                          stream_) != cudaSuccess)
+        fail(what, "device copy failed");
+  }
+  set_entry(true, slot, i, q);
+  release_page(true, page);
+  return true;
 }
 
 void DeviceKvCache::synthesize(int slot, int64_t t, uint64_t seed, cudaStream_t stream) {
@@ -336,14 +420,12 @@ void DeviceKvCache::synthesize(int slot, int64_t t, uint64_t seed, cudaStream_t 
     fail(what, "the KV cache cannot hold a sequence of " + std::to_string(t) + " tokens");
   // Table indices → pages, then fill those pages.
   for (auto& i : fp_pages) {
-    const int32_t p = free_fp_.back();
-    free_fp_.pop_back();
+    const int32_t p = take_page(false);
     h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)] = p;
     i = p;
   }
   for (auto& i : hist_pages) {
-    const int32_t p = free_hist_.back();
-    free_hist_.pop_back();
+    const int32_t p = take_page(true);
     h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t(i)] = p;
     i = p;
   }

@@ -112,7 +112,8 @@ class DeviceKvCache {
 
   // Accounting for a scheduler: the pages begin_tokens(slot, n) would take now, the pages a
   // sequence holds at length t (as begin_tokens / end_tokens leave it), what is free and in
-  // all, page sizes, and the pages in use by segment (an fp page holding a sink token is sink).
+  // all, page sizes, and the pages in use by segment (an fp page holding a sink token is sink;
+  // a page several sequences share counts once).
   struct Pages {
     int64_t fp = 0, hist = 0;
   };
@@ -125,6 +126,25 @@ class DeviceKvCache {
   size_t fp_page_bytes() const { return geometry_.fp_page_bytes(); }
   size_t hist_page_bytes() const { return geometry_.hist_page_bytes(); }
   void segment_pages(int64_t* sink, int64_t* recent, int64_t* hist) const;
+
+  // Page sharing, for a prefix cache (the host's PrefixIndex keeps the entries). A page has
+  // owners: the slots whose tables hold it and the cache entries that hold it; it returns
+  // to the free list when the last one lets go. Only pages no one writes again are shared:
+  // whole fp pages below a sequence's length and history pages whose rows are written.
+  enum class Pool { fp, hist };
+  int32_t entry(Pool pool, int slot, int64_t i) const;  // slot's table entry i (−1: none)
+  void cache_hold(Pool pool, int32_t page);  // a cache entry takes a held page
+  void cache_drop(Pool pool, int32_t page);  // and lets it go
+  bool cache_only(Pool pool, int32_t page) const;  // held by cache entries alone (evictable)
+  Pages cache_only_pages() const { return {cache_only_[0], cache_only_[1]}; }
+  // Gives the empty `slot` a prefix of `length` tokens: fp[i] and hist[i] are its table
+  // entries (−1: none); each page listed gains the slot as an owner.
+  void adopt(int slot, int64_t length, const std::vector<int32_t>& fp, const std::vector<int32_t>& hist);
+  // Replaces the slot's history entry i by a private copy of its page (copy on write: the
+  // slot will write rows into it), ordered on the cache's stream after the writes before
+  // it; false, with nothing changed, when no page is free.
+  bool unshare_hist(int slot, int64_t i);
+  void clear_sequence(int slot);  // drops its tokens and pages, keeps the slot
 
   // Benchmarks: gives the empty `slot` the pages of a sequence of length t and fills them with random
   // BF16 rows and random history rows (codes, fp16 scale and zero in range); sets its length.
@@ -146,6 +166,10 @@ class DeviceKvCache {
  private:
   void check_slot(int slot, const char* what) const;
   void set_entry(bool hist, int slot, int64_t i, int32_t page);
+  int32_t take_page(bool hist);          // a free page, one owner
+  void release_page(bool hist, int32_t page);
+  // Changes a page's owners (by_cache: a cache entry) keeping cache_only_ and the free list.
+  void change_owners(bool hist, int32_t page, int delta, bool by_cache);
   // Page-table entries without a page that tokens length … length + n − 1 need: their fp
   // pages and the history pages of the rows [h(t0), h(t0 + n)) they demote.
   void missing_pages(int slot, int64_t n, std::vector<int64_t>* fp, std::vector<int64_t>* hist) const;
@@ -163,6 +187,8 @@ class DeviceKvCache {
   int32_t* d_hist_table_ = nullptr;
   std::vector<int32_t> h_fp_table_, h_hist_table_;
   std::vector<int32_t> free_fp_, free_hist_;
+  std::vector<int32_t> refs_[2], cache_refs_[2];  // per pool and page: owners (0: free), of them cache entries
+  int64_t cache_only_[2] = {0, 0};                 // pages whose owners are all cache entries
   std::vector<int64_t> length_;
   std::vector<bool> active_;
 };

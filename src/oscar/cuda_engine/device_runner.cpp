@@ -104,8 +104,9 @@ KvPages DeviceRunner::pages_for_length(int64_t t) const {
 }
 
 KvPages DeviceRunner::free_pages() const {
-  const auto p = dm_->cache().free_pages();
-  return {p.fp, p.hist};
+  // Pages only the prefix cache holds count as free: run() evicts them when needed.
+  const auto p = dm_->cache().free_pages(), c = dm_->cache().cache_only_pages();
+  return {p.fp + c.fp, p.hist + c.hist};
 }
 
 engine::KvPageBytes DeviceRunner::page_bytes() const {
@@ -115,14 +116,128 @@ engine::KvPageBytes DeviceRunner::page_bytes() const {
 KvSegmentUsage DeviceRunner::usage() const {
   KvSegmentUsage u;
   dm_->cache().segment_pages(&u.sink_pages, &u.recent_pages, &u.history_pages);
+  const auto c = dm_->cache().cache_only_pages();
+  u.cached_fp_pages = c.fp;
+  u.cached_history_pages = c.hist;
   const auto f = dm_->cache().free_pages();
   u.fp_free_pages = f.fp;
   u.history_free_pages = f.hist;
   return u;
 }
 
+int DeviceRunner::enable_prefix_cache(std::string_view salt) {
+  const cuda::DeviceKvCache& c = dm_->cache();
+  const cuda::KvFormat& f = c.format();
+  const cuda::KvPageGeometry g = c.geometry();
+  const int B = g.fp_page_tokens();
+  if (g.has_history() && g.keeps_fp())
+    fail("prefix cache: a format with BF16-only layers beside quantized ones keeps no shareable pages on the GPU");
+  if (g.has_history() && (f.sink % B != 0 || f.window % B != 0))
+    fail("prefix cache: the sink ({}) and window ({}) must be whole pages of {} tokens", f.sink, f.window, B);
+  const std::string what =
+      fmt::format("{}|cuda|{}|sink {}|recent {}|group {}|page {}", salt, kv_name_, f.sink, f.window, f.group, B);
+  prefix_.enable(what, PrefixWindows{B, f.sink, g.has_history(), [g](int64_t t) { return g.history_end(t); }});
+  return B;
+}
+
+int64_t DeviceRunner::attach_prefix(SeqId seq, std::span<const int32_t> tokens) {
+  cuda::DeviceKvCache& c = dm_->cache();
+  const int slot = int(seq);
+  OSCAR_CHECK(c.length(slot) == 0, "attach_prefix needs an empty sequence");
+  const std::vector<PrefixEntry*> found = prefix_.find(tokens);
+  if (found.empty()) return 0;
+  const int64_t B = cuda::KvPageGeometry::fp_page_tokens(), H = cuda::KvPageGeometry::hist_page_tokens();
+  const int64_t S = c.format().sink;
+  // Blocks are fp pages, history pages are four times larger: the blocks of one history page
+  // must name the same page (they do when one sequence registered them).
+  const auto first_block_of_page = [&](int64_t b) { return (S + (b * B - S) / H * H) / B; };
+  const int64_t n = prefix_.usable_blocks(found, [&](int64_t m) {
+    for (int64_t b = 0; b < m; ++b)
+      if (prefix_.needs_history(b, m) && found[size_t(b)]->history != found[size_t(first_block_of_page(b))]->history)
+        return false;
+    return true;
+  });
+  if (n == 0) return 0;
+  const int64_t P = n * B, h = c.history_end(P);
+  std::vector<int32_t> fp(size_t(n), -1), hist;
+  for (int64_t b = 0; b < n; ++b) {
+    prefix_.touch(*found[size_t(b)]);
+    if (!prefix_.needs_history(b, n)) {
+      fp[size_t(b)] = found[size_t(b)]->fp;
+    } else if ((b * B - S) % H == 0) {
+      hist.push_back(found[size_t(b)]->history);
+    }
+  }
+  device_call("attach_prefix", [&] { c.adopt(slot, P, fp, hist); });
+  // The history page the hit ends inside gets the next rows: a private copy of it.
+  if (!hist.empty() && (h - S) % H != 0) {
+    const int64_t last = int64_t(hist.size()) - 1;
+    if (!device_call("attach_prefix", [&] { return c.unshare_hist(slot, last); }) &&
+        !(evict_for({0, 1}) && device_call("attach_prefix", [&] { return c.unshare_hist(slot, last); }))) {
+      device_call("attach_prefix", [&] { c.clear_sequence(slot); });
+      return 0;
+    }
+  }
+  prefix_.count_hits(n);
+  return P;
+}
+
+void DeviceRunner::register_prefix(SeqId seq, std::span<const int32_t> tokens) {
+  if (!prefix_.enabled()) return;
+  using Pool = cuda::DeviceKvCache::Pool;
+  cuda::DeviceKvCache& c = dm_->cache();
+  const int slot = int(seq);
+  const int64_t B = cuda::KvPageGeometry::fp_page_tokens(), H = cuda::KvPageGeometry::hist_page_tokens();
+  const int64_t S = c.format().sink, L = std::min<int64_t>(int64_t(tokens.size()), c.length(slot));
+  const bool quantized = c.geometry().has_history();
+  const int64_t h = quantized ? c.history_end(c.length(slot)) : 0;  // rows [S, h) are written history
+  const std::vector<PrefixIndex::Key> keys = prefix_.keys(tokens, L / B);
+  for (int64_t b = 0; b < int64_t(keys.size()); ++b) {
+    PrefixEntry& e = prefix_.entry(keys[size_t(b)]);
+    if (e.fp < 0) {
+      const int32_t p = c.entry(Pool::fp, slot, b);
+      if (p >= 0) device_call("register_prefix", [&] { c.cache_hold(Pool::fp, e.fp = p); });
+    }
+    if (e.history < 0 && quantized && b * B >= S && (b + 1) * B <= h) {
+      const int32_t p = c.entry(Pool::hist, slot, (b * B - S) / H);
+      if (p >= 0) device_call("register_prefix", [&] { c.cache_hold(Pool::hist, e.history = p); });
+    }
+    if (e.fp < 0 && e.history < 0) prefix_.erase(keys[size_t(b)]);
+  }
+}
+
+bool DeviceRunner::evict_for(const KvPages& need) {
+  using Pool = cuda::DeviceKvCache::Pool;
+  cuda::DeviceKvCache& c = dm_->cache();
+  while (c.free_pages().fp < need.fp || c.free_pages().hist < need.history) {
+    const bool want_fp = c.free_pages().fp < need.fp;
+    // The least recently used entry holding a page of the short pool that only the cache
+    // holds (a history page frees once all four of its blocks' entries are gone).
+    const bool evicted = prefix_.evict_one(
+        [&](const PrefixEntry& e) {
+          return want_fp ? c.cache_only(Pool::fp, e.fp) : c.cache_only(Pool::hist, e.history);
+        },
+        [&](const PrefixEntry& e) {
+          if (e.fp >= 0) c.cache_drop(Pool::fp, e.fp);
+          if (e.history >= 0) c.cache_drop(Pool::hist, e.history);
+        });
+    if (!evicted) return false;
+  }
+  return true;
+}
+
 void DeviceRunner::run(const engine::Batch& batch, engine::StepOutput& out) {
   OSCAR_CHECK(batch.n_seqs() > 0, "empty batch");
+  if (prefix_.enabled()) {  // room for the step, from pages only the prefix cache holds
+    KvPages need;
+    for (int i = 0; i < batch.n_seqs(); ++i) {
+      const KvPages p = append_need(batch.seq_ids[size_t(i)], int64_t(batch.tokens_of(i).size()));
+      need.fp += p.fp;
+      need.history += p.history;
+    }
+    if (!evict_for(need)) fail("the step needs {} fp and {} history pages; the KV cache cannot free them", need.fp,
+                               need.history);
+  }
   const size_t V = size_t(n_vocab_);
   // Rows that are not wanted stay as they were: at 58 sequences × 152K vocabulary a full
   // logits download is 35 MB a step, which greedy requests never read.

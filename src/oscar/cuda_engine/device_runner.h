@@ -2,7 +2,10 @@
 // cuda::DeviceModel, its page pools sized from a byte budget. Prefill chunks run one
 // sequence at a time (DeviceModel::prefill); the decoding sequences of a step run as one
 // DeviceModel::step, through a CUDA graph per batch size and key bucket. The prefix cache
-// is not on the device yet (every lookup misses). Built only with CUDA.
+// shares whole fp pages (16 tokens, the index's blocks) and written history pages (64 rows)
+// by reference count, with the CPU cache's PrefixIndex and hit rule; the one history page a
+// hit ends inside is copied, since the new sequence writes its next rows there. Built only
+// with CUDA.
 #pragma once
 #include <memory>
 
@@ -41,13 +44,16 @@ class DeviceRunner final : public engine::Runner {
   engine::KvPageBytes page_bytes() const override;
   KvSegmentUsage usage() const override;
   int64_t kv_bytes(SeqId seq) const override { return int64_t(dm_->cache().bytes_for_length(length(seq))); }
-  int64_t attach_prefix(SeqId, std::span<const int32_t>) override { return 0; }
-  void register_prefix(SeqId, std::span<const int32_t>) override {}
-  PrefixCacheStats prefix_stats() const override { return {}; }
+  int enable_prefix_cache(std::string_view salt) override;
+  int64_t attach_prefix(SeqId seq, std::span<const int32_t> tokens) override;
+  void register_prefix(SeqId seq, std::span<const int32_t> tokens) override;
+  PrefixCacheStats prefix_stats() const override { return prefix_.stats(); }
   void run(const engine::Batch& batch, engine::StepOutput& out) override;
 
  private:
+  bool evict_for(const KvPages& need);  // drops LRU cache entries until need is free; false: cannot
   std::unique_ptr<cuda::DeviceModel> dm_;
+  PrefixIndex prefix_;
   int32_t n_vocab_ = 0;
   KvShape shape_;
   std::string kv_name_;

@@ -22,6 +22,10 @@ class CpuRunner final : public Runner {
   KvPageBytes page_bytes() const override { return {cache_.fp_page_bytes(), cache_.history_page_bytes()}; }
   KvSegmentUsage usage() const override { return cache_.segment_usage(); }
   int64_t kv_bytes(SeqId seq) const override { return cache_.bytes_used(seq); }
+  int enable_prefix_cache(std::string_view salt) override {
+    cache_.enable_prefix_cache(salt);
+    return cache_.spec().block_tokens;
+  }
   int64_t attach_prefix(SeqId seq, std::span<const int32_t> tokens) override { return cache_.attach_prefix(seq, tokens); }
   void register_prefix(SeqId seq, std::span<const int32_t> tokens) override { cache_.register_prefix(seq, tokens); }
   PrefixCacheStats prefix_stats() const override { return cache_.prefix_stats(); }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "oscar/engine/batch.h"
@@ -47,6 +48,10 @@ class Runner {
   // Prefix cache (KvCache's contract): share the longest cached prefix of `tokens` with an
   // empty sequence (returns the tokens it now holds; 0: a miss), and offer a sequence's
   // whole pages over tokens[0, its length) for later requests.
+  // Off until enabled with a salt naming the model, its rotations and KV flags; returns
+  // the tokens of one shared block, or throws oscar::Error naming why the format's pages
+  // cannot be shared.
+  virtual int enable_prefix_cache(std::string_view salt) = 0;
   virtual int64_t attach_prefix(SeqId seq, std::span<const int32_t> tokens) = 0;
   virtual void register_prefix(SeqId seq, std::span<const int32_t> tokens) = 0;
   virtual PrefixCacheStats prefix_stats() const = 0;

@@ -225,10 +225,10 @@ KvSegmentUsage KvCache::segment_usage() const {
         ++u.history_pages;
       }
   }
-  for (const auto& [key, e] : prefix_) {
+  prefix_.for_each([&](const PrefixEntry& e) {
     if (e.fp >= 0 && !fp_seen[size_t(e.fp)]) fp_seen[size_t(e.fp)] = 1, ++u.cached_fp_pages;
     if (e.history >= 0 && !q_seen[size_t(e.history)]) q_seen[size_t(e.history)] = 1, ++u.cached_history_pages;
-  }
+  });
   u.fp_free_pages = fp_alloc_.n_free();
   u.history_free_pages = q_alloc_.n_free();
   return u;

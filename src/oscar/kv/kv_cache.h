@@ -7,17 +7,16 @@
 // A step runs, per layer: write(new rows) → demote(rows now history) → attention; then
 // commit() advances the length and releases fp pages whose tokens are all history.
 #pragma once
-#include <array>
 #include <cstdint>
 #include <map>
 #include <span>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "oscar/kv/block_allocator.h"
 #include "oscar/kv/history_format.h"
 #include "oscar/kv/kv_spec.h"
+#include "oscar/kv/prefix_index.h"
 
 namespace oscar {
 
@@ -71,12 +70,6 @@ struct KvSegmentUsage {
   int64_t fp_free_pages = 0, history_free_pages = 0;
 };
 
-struct PrefixCacheStats {
-  int64_t queries = 0;  // full prompt blocks looked up
-  int64_t hits = 0;     // of them attached from the cache
-  int64_t entries = 0;
-};
-
 class KvCache {
  public:
   // Room for `capacity_tokens` tokens over all sequences (rounded up to whole pages).
@@ -124,16 +117,13 @@ class KvCache {
   double bits_per_element(SeqId seq) const;
   int64_t bytes_allocated() const;       // both pools
   int64_t history_tokens(SeqId seq) const;
-  // Prefix cache over whole pages (block_tokens tokens). A block is keyed by a SHA-256
-  // chain: SHA-256(parent key ‖ salt ‖ its token ids), the salt naming the model, KV format
-  // and rotations. An entry holds the block's fp page, its history page, or both, shared
-  // read-only by reference count; pages held only by the cache are evicted LRU when a
-  // reserve needs them (free_pages() counts them as free). A hit at P tokens needs, for
-  // the new sequence's windows at length P: fp pages for the sink and for [h(P), P), and
-  // history pages for [S, h(P)) (docs/server.md). Off unless enabled; refused for KIVI
-  // and for windows that are not whole pages.
+  // Prefix cache over whole pages (block_tokens tokens), indexed by a PrefixIndex (its
+  // key chain and hit rule). An entry holds the block's fp page, its history page, or
+  // both, shared read-only by reference count; pages held only by the cache are evicted
+  // LRU when a reserve needs them (free_pages() counts them as free). Off unless enabled;
+  // refused for KIVI and for windows that are not whole pages.
   void enable_prefix_cache(std::string_view salt);
-  bool prefix_cache_enabled() const { return prefix_on_; }
+  bool prefix_cache_enabled() const { return prefix_.enabled(); }
   // Attaches the longest usable cached prefix of `tokens` (whole pages, leaving at least one
   // token to compute) to an empty sequence; returns the tokens attached (0: a miss).
   int64_t attach_prefix(SeqId seq, std::span<const int32_t> tokens);
@@ -164,15 +154,6 @@ class KvCache {
   int64_t q_block_bytes(bool key, int layer) const;
   int history_block_tokens() const;
   void allocate_pools();
-  using PrefixKey = std::array<uint8_t, 32>;
-  struct PrefixKeyHash {
-    size_t operator()(const PrefixKey& k) const;
-  };
-  struct PrefixEntry {
-    int32_t fp = -1, history = -1;  // pages held by the cache for this block (−1: none)
-    uint64_t used = 0;              // LRU clock
-  };
-  std::vector<PrefixKey> prefix_keys(std::span<const int32_t> tokens, int64_t n_blocks) const;
   KvPages evictable_pages() const;
   bool evict_for(const KvPages& need);  // frees cache-only pages until `need` fits; false: cannot
   void release_all(Sequence& s);
@@ -185,11 +166,7 @@ class KvCache {
   std::vector<std::vector<uint8_t>> qk_, qv_;  // history pools per layer
   std::map<SeqId, Sequence> seqs_;
   SeqId next_id_ = 0;
-  bool prefix_on_ = false;
-  PrefixKey prefix_salt_{};
-  std::unordered_map<PrefixKey, PrefixEntry, PrefixKeyHash> prefix_;
-  uint64_t prefix_clock_ = 0;
-  int64_t prefix_queries_ = 0, prefix_hits_ = 0;
+  PrefixIndex prefix_;
 };
 
 }  // namespace oscar
