@@ -172,6 +172,34 @@ TEST(QdotKquantAvx2, MatchesReference) {
   }
 }
 
+// The four-row kernels give each activation row the one-row AVX2 kernel's result bit for
+// bit (the multi-row prefill relies on it for batch invariance), with a row stride wider
+// than k, on fresh random weights and activations.
+TEST(QdotKquantAvx2, FourRowsEqualOneRowBitForBit) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2";
+  uint64_t seed = 5000;
+  for (const Format& f : formats) {
+    const qmat::QDot4Fn dot4 = qmat::qdot4_avx2_kernel(f.type);
+    ASSERT_NE(dot4, nullptr) << ggml_type_name(f.type);
+    for (int64_t k : sizes) {
+      const int64_t kb = k / 32, stride = kb + 8;
+      const auto w = random_rows(f.type, k, 1, ++seed, 0);
+      std::vector<ActQ8Block> x(static_cast<size_t>(4 * stride));
+      for (int r = 0; r < 4; ++r) {
+        const auto xr = quantize_act(random_act(k, ++seed));
+        std::copy(xr.begin(), xr.end(), x.begin() + r * stride);
+      }
+      float out[4];
+      dot4(w.data(), x.data(), stride, k, out);
+      for (int r = 0; r < 4; ++r) {
+        const float one = f.avx2(w.data(), x.data() + r * stride, k);
+        EXPECT_EQ(std::memcmp(&out[r], &one, 4), 0)
+            << ggml_type_name(f.type) << " k " << k << " row " << r << ": " << out[r] << " vs " << one;
+      }
+    }
+  }
+}
+
 // The largest products the formats allow: every weight quant at its maximum (15, 31, 63),
 // 6-bit scales and mins at 63, Q6_K scales at −128, activations at ±127. These are the
 // inputs that would saturate a maddubs pair if the bounds were wrong.

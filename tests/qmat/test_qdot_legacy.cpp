@@ -269,5 +269,34 @@ TEST(QdotLegacy, KernelTables) {
   }
 }
 
+// The four-row kernels give, for each activation row, the one-row AVX2 kernel's result
+// bit for bit (the multi-row prefill relies on it for batch invariance), on fresh random
+// weights and activations, with odd and even block counts and a row stride wider than k.
+TEST(QdotLegacyAvx2, FourRowsEqualOneRowBitForBit) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2";
+  for (const Legacy& f : legacy_formats) {
+    const QDot4Fn dot4 = qdot4_avx2_kernel(f.type);
+    ASSERT_NE(dot4, nullptr) << ggml_type_name(f.type);
+    uint64_t seed = 7000 + uint64_t(f.type) * 100;
+    for (int64_t k : {int64_t(32), int64_t(96), int64_t(576), int64_t(1536)}) {
+      const int64_t kb = k / act_block, stride = kb + 3;
+      const auto w = random_weights(f, k, ++seed);
+      std::vector<ActQ8Block> x(size_t(4 * stride));
+      for (int r = 0; r < 4; ++r) {
+        const auto xr = quantize(random_acts(k, ++seed));
+        std::copy(xr.begin(), xr.end(), x.begin() + r * stride);
+      }
+      float out[4];
+      dot4(w.data(), x.data(), stride, k, out);
+      for (int r = 0; r < 4; ++r) {
+        const float one = f.avx2(w.data(), x.data() + r * stride, k);
+        EXPECT_EQ(std::memcmp(&out[r], &one, 4), 0)
+            << ggml_type_name(f.type) << " k " << k << " row " << r << ": " << out[r] << " vs " << one;
+      }
+    }
+  }
+}
+
+
 }  // namespace
 }  // namespace oscar::qmat

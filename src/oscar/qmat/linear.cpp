@@ -93,11 +93,23 @@ void rows_qdot(const WeightMatrix& w, const float* x, const float* bias, float* 
   } else {
     quantize_rows(0, m);
   }
+  // Four x rows per unpacking of a weight block where the format has that kernel: the same
+  // sums as dot() row by row, so a row's result does not depend on m or on its neighbours.
+  const QDot4Fn dot4 = avx2 ? qdot4_avx2_kernel(w.type()) : nullptr;
   const int64_t tile = weight_tile(w);
   default_pool().parallel_for(n, row_grain, [&](int64_t n0, int64_t n1) {
     for (int64_t t0 = n0; t0 < n1; t0 += tile) {
       const int64_t t1 = std::min(n1, t0 + tile);
-      for (int64_t i = 0; i < m; ++i) {
+      int64_t i = 0;
+      if (dot4)
+        for (; i + 4 <= m; i += 4)
+          for (int64_t r = t0; r < t1; ++r) {
+            float out[4];
+            dot4(w.row(r), xq + i * kb, kb, k, out);
+            const float b = bias ? bias[r] : 0.0f;
+            for (int j = 0; j < 4; ++j) y[(i + j) * n + r] = out[j] + b;
+          }
+      for (; i < m; ++i) {
         const ActQ8Block* xi = xq + i * kb;
         for (int64_t r = t0; r < t1; ++r) y[i * n + r] = dot(w.row(r), xi, k) + (bias ? bias[r] : 0.0f);
       }

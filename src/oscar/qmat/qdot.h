@@ -35,7 +35,14 @@ using QDotFn = float (*)(const void* w_row, const ActQ8Block* x, int64_t k);
 QDotFn qdot_ref_kernel(GgmlType t);
 QDotFn qdot_avx2_kernel(GgmlType t);
 
-// The per-format kernels behind the two tables.
+// Four activation rows (x, x + x_stride, x + 2·x_stride, x + 3·x_stride blocks) against
+// one weight row: out[i] is bit-identical to the one-row AVX2 kernel on row i (each sum is
+// formed in the same order), with every weight block unpacked once for the four. nullptr
+// for a format without one. Scalar reference: four calls of the one-row kernel.
+using QDot4Fn = void (*)(const void* w_row, const ActQ8Block* x, int64_t x_stride, int64_t k, float* out);
+QDot4Fn qdot4_avx2_kernel(GgmlType t);
+
+// The per-format kernels behind the tables.
 float qdot_q4_0_ref(const void* w, const ActQ8Block* x, int64_t k);
 float qdot_q4_1_ref(const void* w, const ActQ8Block* x, int64_t k);
 float qdot_q5_0_ref(const void* w, const ActQ8Block* x, int64_t k);
@@ -52,5 +59,13 @@ float qdot_q8_0_avx2(const void* w, const ActQ8Block* x, int64_t k);
 float qdot_q4_k_avx2(const void* w, const ActQ8Block* x, int64_t k);
 float qdot_q5_k_avx2(const void* w, const ActQ8Block* x, int64_t k);
 float qdot_q6_k_avx2(const void* w, const ActQ8Block* x, int64_t k);
+void qdot4_q4_0_avx2(const void* w, const ActQ8Block* x, int64_t xs, int64_t k, float* out);
+void qdot4_q4_1_avx2(const void* w, const ActQ8Block* x, int64_t xs, int64_t k, float* out);
+void qdot4_q5_0_avx2(const void* w, const ActQ8Block* x, int64_t xs, int64_t k, float* out);
+void qdot4_q5_1_avx2(const void* w, const ActQ8Block* x, int64_t xs, int64_t k, float* out);
+void qdot4_q8_0_avx2(const void* w, const ActQ8Block* x, int64_t xs, int64_t k, float* out);
+void qdot4_q4_k_avx2(const void* w, const ActQ8Block* x, int64_t xs, int64_t k, float* out);
+void qdot4_q5_k_avx2(const void* w, const ActQ8Block* x, int64_t xs, int64_t k, float* out);
+void qdot4_q6_k_avx2(const void* w, const ActQ8Block* x, int64_t xs, int64_t k, float* out);
 
 }  // namespace oscar::qmat

@@ -31,4 +31,18 @@ QDotFn qdot_avx2_kernel(GgmlType t) {
   }
 }
 
+QDot4Fn qdot4_avx2_kernel(GgmlType t) {
+  switch (t) {
+    case GgmlType::q4_0: return qdot4_q4_0_avx2;
+    case GgmlType::q4_1: return qdot4_q4_1_avx2;
+    case GgmlType::q5_0: return qdot4_q5_0_avx2;
+    case GgmlType::q5_1: return qdot4_q5_1_avx2;
+    case GgmlType::q8_0: return qdot4_q8_0_avx2;
+    case GgmlType::q4_k: return qdot4_q4_k_avx2;
+    case GgmlType::q5_k: return qdot4_q5_k_avx2;
+    case GgmlType::q6_k: return qdot4_q6_k_avx2;
+    default: return nullptr;
+  }
+}
+
 }  // namespace oscar::qmat
