@@ -1,9 +1,11 @@
 #include "oscar/model/transformer.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "oscar/attention/attention.h"
 #include "oscar/core/error.h"
+#include "oscar/core/thread_pool.h"
 #include "oscar/kv/history_formats.h"
 #include "oscar/model/rotation_absorb.h"
 #include "oscar/ops/activation.h"
@@ -11,6 +13,21 @@
 #include "oscar/ops/norm.h"
 
 namespace oscar {
+
+namespace {
+
+// The row-wise steps of a multi-row pass (prefill) spread over the pool; each row is
+// computed exactly as alone, so results do not depend on the split. One row runs inline.
+void for_rows(int64_t rows, const std::function<void(int64_t, int64_t)>& fn) {
+  if (rows <= 1) return fn(0, rows);
+  default_pool().parallel_for(rows, 8, fn);
+}
+
+void rmsnorm_rows(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps) {
+  for_rows(rows, [&](int64_t r0, int64_t r1) { rmsnorm(x + r0 * n, w, y + r0 * n, r1 - r0, n, eps); });
+}
+
+}  // namespace
 
 Transformer::Transformer(ModelWeights weights)
     : w_(std::move(weights)), rope_(rope_freqs(w_.config)), key_shift_(size_t(w_.config.n_layers)),
@@ -200,21 +217,23 @@ void Transformer::attention_block(KvCache& cache, int layer) {
   const int64_t qd = c.n_heads * hd, kvd = c.n_kv_heads * hd;
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
 
-  rmsnorm(x_.data(), l.attn_norm.data(), h_.data(), n, E, c.rms_eps);
+  rmsnorm_rows(x_.data(), l.attn_norm.data(), h_.data(), n, E, c.rms_eps);
   linear(h_.data(), l.wq, bias(l.bq), q_.data());
   linear(h_.data(), l.wk, bias(l.bk), k_.data());
   linear(h_.data(), l.wv, bias(l.bv), v_.data());
   for (const RowSpan& sp : spans_) {
-    for (int64_t t = sp.row0; t < sp.row0 + sp.n; ++t) {
-      float* qt = q_.data() + t * qd;
-      float* kt = k_.data() + t * kvd;
-      if (c.qk_norm) {
-        rmsnorm(qt, l.q_norm.data(), qt, c.n_heads, hd, c.rms_eps);
-        rmsnorm(kt, l.k_norm.data(), kt, c.n_kv_heads, hd, c.rms_eps);
+    for_rows(sp.n, [&](int64_t i0, int64_t i1) {
+      for (int64_t t = sp.row0 + i0; t < sp.row0 + i1; ++t) {
+        float* qt = q_.data() + t * qd;
+        float* kt = k_.data() + t * kvd;
+        if (c.qk_norm) {
+          rmsnorm(qt, l.q_norm.data(), qt, c.n_heads, hd, c.rms_eps);
+          rmsnorm(kt, l.k_norm.data(), kt, c.n_kv_heads, hd, c.rms_eps);
+        }
+        rope_apply(rope_, qt, c.n_heads, int(hd), sp.pos0 + (t - sp.row0));
+        rope_apply(rope_, kt, c.n_kv_heads, int(hd), sp.pos0 + (t - sp.row0));
       }
-      rope_apply(rope_, qt, c.n_heads, int(hd), sp.pos0 + (t - sp.row0));
-      rope_apply(rope_, kt, c.n_kv_heads, int(hd), sp.pos0 + (t - sp.row0));
-    }
+    });
   }
   if (observer_) observer_->on_attention_inputs(layer, n, q_.data(), k_.data(), v_.data());
   if (const std::vector<float>& s = key_scale_[size_t(layer)]; !s.empty()) {
@@ -282,10 +301,10 @@ void Transformer::mlp_block(int layer) {
   const ModelConfig& c = config();
   const LayerWeights& l = w_.layers[size_t(layer)];
   const int64_t n = n_rows_, E = c.n_embd, F = c.n_ff;
-  rmsnorm(x_.data(), l.ffn_norm.data(), h_.data(), n, E, c.rms_eps);
+  rmsnorm_rows(x_.data(), l.ffn_norm.data(), h_.data(), n, E, c.rms_eps);
   linear(h_.data(), l.w_gate, nullptr, gate_.data());
   linear(h_.data(), l.w_up, nullptr, up_.data());
-  swiglu(gate_.data(), up_.data(), n * F);
+  for_rows(n, [&](int64_t r0, int64_t r1) { swiglu(gate_.data() + r0 * F, up_.data() + r0 * F, (r1 - r0) * F); });
   linear(gate_.data(), l.w_down, nullptr, proj_.data());
   add_inplace(x_.data(), proj_.data(), n * E);
 }
