@@ -250,6 +250,10 @@ def drive(a):
 
     short_p = [16, 512]
     plans = [("short", [(p, a.n_short) for p in short_p])] + [(f"depth{d}", [(d, a.n_long)]) for d in a.depths]
+    # Depths past 4096 take minutes of prefill per config on 2 cores: --deep-configs can limit
+    # them to the pairs a target compares (e.g. "llama.cpp:q8_0,oscar:int2-oscar").
+    deep_plans = {f"depth{d}" for d in a.depths if d > 4096}
+    deep_only = {c for c in a.deep_configs.split(",") if c}
     notes = list(a.note or [])
     samples = {}  # (engine, kv, measure) -> list of tokens/s
     rss = {}  # (engine, kv, plan) -> list of KiB
@@ -378,6 +382,8 @@ def drive(a):
                 print(f"== {a.model_key}: repetition {rep + 1}/{a.reps}, {plan_name} "
                       f"({(time.monotonic() - start) / 60:.1f} min in)", file=sys.stderr, flush=True)
                 for engine, kv in rep_order:
+                    if plan_name in deep_plans and deep_only and f"{engine}:{kv}" not in deep_only:
+                        continue
                     run_group(engine, kv, plan_name, plan_groups, rep)
             rep_times.append(time.monotonic() - t_rep)
             print(f"== repetition {rep + 1} took {rep_times[-1]:.0f} s", file=sys.stderr, flush=True)
@@ -394,7 +400,7 @@ def drive(a):
             del voc
             print(f"== {a.model_key}: memory runs (oscar run -c {a.mem_ctx}, {n_prompt} tokens of the eval text)",
                   file=sys.stderr, flush=True)
-            for kv in oscar_kvs:
+            for kv in [k for k in oscar_kvs if not a.mem_kvs or k in a.mem_kvs.split(",")]:
                 cmd = [a.oscar_bin, "run", "-m", a.model, "-t", str(a.threads), "-c", str(a.mem_ctx), "--kv", kv,
                        "-f", prompt_file, "--no-display-prompt", "-n", str(a.mem_gen), "--temp", "0"]
                 if kv == "int2-oscar":
@@ -640,6 +646,8 @@ def main():
     d.add_argument("--n-short", type=int, default=128)
     d.add_argument("--n-long", type=int, default=32)
     d.add_argument("--depths", type=lambda s: [int(x) for x in s.split(",") if x], default=[4096])
+    d.add_argument("--deep-configs", default="", help="engine:kv pairs measured at depths past 4096 (default: all)")
+    d.add_argument("--mem-kvs", default="", help="oscar KV modes of the memory runs (default: all)")
     d.add_argument("--mem-ctx", type=int, default=4096)
     d.add_argument("--mem-gen", type=int, default=32)
     d.add_argument("--budget-s", type=float, default=3600)

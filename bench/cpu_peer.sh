@@ -14,13 +14,15 @@
 #
 #   bench/cpu_peer.sh                SmolLM2-135M, then Qwen2.5-Coder-1.5B if its file is present
 #   bench/cpu_peer.sh --no-qwen      SmolLM2 only
+#   bench/cpu_peer.sh --only qwen25  one model (smollm2 or qwen25)
 #   bench/cpu_peer.sh --quick        smoke run: short prompts, 1024-token depth, 2 repetitions, 16
 #                                    tokens decoded; written to ${TMPDIR:-/tmp}/cpu_peer_<model>_quick.json
 #   options: --reps N, --minutes M (the whole run's bound; default 90, quick 10), --step-minutes M (one
 #            measurement's bound; default 60), --out-dir DIR
-# Timing: SmolLM2 takes about 25 minutes on a quiet machine (3 repetitions). Qwen2.5 with today's
-# f32-weight engine takes hours (oscar prefills at roughly 20 tokens/s there, slower at 16K: one
-# 16384-token oscar measurement is over half an hour); give it --minutes 600 or more. Repetitions that
+# Timing: SmolLM2 takes about 25 minutes on a quiet machine (3 repetitions). Qwen2.5 prefills at
+# roughly 25-30 tokens/s here, so one 16384-token step takes about 10 minutes: at 16K only
+# llama.cpp q8_0 and oscar int2-oscar run (OSCAR_PEER_DEEP_CONFIGS; empty: all five), and its memory
+# run is int2-oscar's (OSCAR_PEER_MEM_KVS); one repetition takes about 45 minutes. Repetitions that
 # would pass the bound are not started; a step past its bound fails and is listed; the JSON is
 # rewritten after every step (status "partial") and on SIGTERM, so a stopped run keeps what it measured.
 # On a shared machine every step first waits (up to 5 minutes) for other processes to quieten, and a
@@ -39,11 +41,12 @@ source scripts/env.sh
 invoked="bench/cpu_peer.sh $*"
 load_at_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 
-quick=0; no_qwen=0; reps=""; minutes=""; step_minutes=60; out_dir=bench/results
+quick=0; no_qwen=0; only=""; reps=""; minutes=""; step_minutes=60; out_dir=bench/results
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1; shift ;;
     --no-qwen) no_qwen=1; shift ;;
+    --only) only="$2"; shift 2 ;;
     --reps) reps="$2"; shift 2 ;;
     --minutes) minutes="$2"; shift 2 ;;
     --out-dir) out_dir="$2"; shift 2 ;;
@@ -135,6 +138,7 @@ mkdir -p "$out_dir"
 status=0
 for entry in "${models[@]}"; do
   key="${entry%%|*}"; model="${entry#*|}"
+  [[ -n "$only" && "$key" != "$only" ]] && continue
   [[ -f "$model" ]] || { echo "cpu_peer.sh: model $model not found (bash scripts/setup.sh)" >&2; exit 1; }
   rotations_for "$model"
   if [[ $quick == 1 ]]; then
@@ -143,6 +147,9 @@ for entry in "${models[@]}"; do
   else
     depths=4096; [[ $key == qwen25 ]] && depths=4096,16384
     args=(--depths "$depths" --n-short 128 --n-long 32 --mem-ctx 4096 --mem-gen 32)
+    # Qwen2.5 at 16K: the pair its target compares; its memory target is int2-oscar's run.
+    [[ $key == qwen25 ]] && args+=(--deep-configs "${OSCAR_PEER_DEEP_CONFIGS-llama.cpp:q8_0,oscar:int2-oscar}"
+                                   --mem-kvs "${OSCAR_PEER_MEM_KVS-int2-oscar}")
     out="$out_dir/cpu_peer_${key}.json"
   fi
   notes=()
