@@ -50,6 +50,9 @@ def parse_args(argv):
     p.add_argument("--token-prompts", type=int, default=0, metavar="VOCAB",
                    help="send each prompt as --prompt-tokens random token ids in [0, VOCAB) (completions only; "
                         "for models with random weights, where text means nothing)")
+    p.add_argument("--shared-prefix-tokens", type=int, default=0, metavar="N",
+                   help="every prompt starts with the same N tokens (--token-prompts) or N·4 characters (a prefix "
+                        "cache's workload: one long document, many questions); the rest of each prompt is its own")
     p.add_argument("--max-tokens", type=int, default=64, help="max_tokens of each request (temperature 0)")
     p.add_argument("--first-prompt", type=int, default=0,
                    help="index of the first prompt slice: runs against one server use disjoint ranges, so that "
@@ -66,6 +69,8 @@ def parse_args(argv):
         p.error(f"--concurrency must be >= 1, --first-prompt >= 0 and --requests in [1, {MAX_REQUESTS}]")
     if a.prompt_tokens < 1 or a.max_tokens < 1 or not (0 < a.timeout <= 24 * 3600):
         p.error("--prompt-tokens and --max-tokens must be >= 1, --timeout in (0, 86400]")
+    if not 0 <= a.shared_prefix_tokens < a.prompt_tokens:
+        p.error("--shared-prefix-tokens must be in [0, --prompt-tokens)")
     url = urllib.parse.urlsplit(a.base_url)
     if url.scheme != "http" or url.hostname not in LOOPBACK_HOSTS:
         p.error(f"--base-url {a.base_url!r}: only http://127.0.0.1 or http://localhost is allowed (loopback only)")
@@ -211,8 +216,16 @@ def run_load(args):
         for i in range(args.first_prompt, args.first_prompt + args.requests):
             rng = random.Random(1000 + i)  # seeded per prompt: disjoint runs stay disjoint
             prompts.append([rng.randrange(args.token_prompts) for _ in range(args.prompt_tokens)])
+        if args.shared_prefix_tokens:
+            rng = random.Random(999)
+            shared = [rng.randrange(args.token_prompts) for _ in range(args.shared_prefix_tokens)]
+            prompts = [shared + q[args.shared_prefix_tokens:] for q in prompts]
     else:
         prompts = cut_prompts(args.prompts_file, args.first_prompt, args.requests, args.prompt_tokens * CHARS_PER_TOKEN)
+        if args.shared_prefix_tokens:
+            n = args.shared_prefix_tokens * CHARS_PER_TOKEN
+            shared = cut_prompts(args.prompts_file, args.first_prompt + args.requests, 1, n)[0]
+            prompts = [shared + q[n:] for q in prompts]
     poller = MetricsPoller(args.root, headers)
     before = poller.read()
     poller.start()
@@ -249,6 +262,8 @@ def run_load(args):
     failed = len(results) - len(ok) + (args.requests - len(results))  # never sent counts as failed
     out_tokens = [r["usage"]["completion_tokens"] if r["usage"] and "completion_tokens" in r["usage"] else r["chunks"] for r in ok]
     prompt_measured = [r["usage"]["prompt_tokens"] for r in ok if r["usage"] and "prompt_tokens" in r["usage"]]
+    cached = [(r["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") for r in ok if r["usage"]]
+    cached = [c for c in cached if isinstance(c, int)]
     ttft = [r["ttft"] * 1e3 for r in ok if r["ttft"] is not None]
     itl = [g * 1e3 for r in ok for g in r["gaps"]]
     full = full_batch_window(ok) if len(ok) == args.requests == args.concurrency else None
@@ -272,6 +287,8 @@ def run_load(args):
         "completed": len(ok), "output_tokens": sum(out_tokens),
         "output_tokens_min": min(out_tokens) if out_tokens else None,
         "prompt_tokens_measured_mean": r2(sum(prompt_measured) / len(prompt_measured)) if prompt_measured else None,
+        "shared_prefix_tokens": args.shared_prefix_tokens,
+        "cached_prompt_tokens_mean": r2(sum(cached) / len(cached)) if cached else None,
         "usage_chunks": sum(1 for r in ok if r["usage"]), "wall_s": round(wall, 3), "preemptions": preempt,
         # Decode at full batch: output tokens/s while every stream is past its first token
         # and none has finished (all requests sent at once); None when that window is empty.

@@ -8,6 +8,9 @@
 #          OSCAR rotations calibrated on it (/tmp/oscar-qwen3-8b-rot)
 #   load   bench/serve_load.py against the server at one KV budget (--kv-mem, default 40 GiB),
 #          32K-token prompts, bf16 then int2-oscar; rows to $OUT/serve_gpu_qwen3_8b.json
+#   prefix int2-oscar with its prefix cache on and off: a shared document of SHARED_PREFIX_TOKENS
+#          (30000) sent once, then CONC_PREFIX (16) concurrent prompts of it plus their own tokens;
+#          rows to $OUT/serve_gpu_qwen3_8b_prefix.json
 # Environment: OUT (results folder), KV_MEM_MIB (40960), PROMPT_TOKENS (32000), MAX_TOKENS (256),
 # CONC_BF16 / CONC_INT2 (clients; default "fit": the sequences the server's KV plan says fit at
 # once), LOAD_KVS ("bf16 int2-oscar"). With every client admitted at once and MAX_TOKENS long
@@ -84,6 +87,34 @@ for phase in "$@"; do
         tail -3 "$log"
       done
       ;;
-    *) echo "serve_gpu.sh: unknown phase '$phase' (test, model, load)" >&2; exit 2 ;;
+    prefix)
+      # The prefix cache under load: one long shared document (SHARED_PREFIX_TOKENS), sent once
+      # alone, then CONC_PREFIX concurrent requests that each add their own question to it;
+      # int2-oscar with the prefix cache on, then off (--no-prefix-cache), at the load KV budget.
+      json="$out/serve_gpu_qwen3_8b_prefix.json"
+      shared="${SHARED_PREFIX_TOKENS:-30000}" conc="${CONC_PREFIX:-16}"
+      for cache in on off; do
+        extra=(--rotations "$rot"); [[ $cache == off ]] && extra+=(--no-prefix-cache)
+        log="$out/serve_gpu_prefix_${cache}.log"
+        "$bin" serve -m "$model" --device cuda --kv int2-oscar "${extra[@]}" -c "$ctx" --max-seqs 64 \
+          --kv-mem "$kv_mem" --step-tokens 1024 --port 0 --model-name qwen3-8b-random > "$log" 2>&1 &
+        pid=$!
+        port=$(wait_ready "$log" "$pid") || { kill "$pid" 2>/dev/null; continue; }
+        echo "== int2-oscar, prefix cache $cache: port $port"; grep -E "prefix cache:" "$log"
+        common=(--base-url "http://127.0.0.1:$port" --model qwen3-8b-random --token-prompts 151000
+                --shared-prefix-tokens "$shared" --max-tokens "$max_tokens" --server oscar --kv int2-oscar)
+        # The document alone (plus the two tokens a prompt keeps to compute): registered at its
+        # own length, its recent window's fp pages are the ones a longer prompt's hit needs.
+        timeout 200 "$py" bench/serve_load.py "${common[@]}" --prompt-tokens $(( shared + 2 )) --requests 1 \
+          --concurrency 1 --timeout 180 --out "$json" --label "gpu-int2-oscar-prefix-$cache-document" || true
+        timeout 540 "$py" bench/serve_load.py "${common[@]}" --prompt-tokens "$prompt_tokens" --first-prompt 1 \
+          --requests "$conc" --concurrency "$conc" --timeout 500 --out "$json" \
+          --label "gpu-int2-oscar-prefix-$cache" || echo "prefix run ($cache) failed ($?)"
+        "$py" -c "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())" \
+          "http://127.0.0.1:$port/metrics" | grep -E "^oscar_prefix_cache_(hits|queries)_total" || true
+        kill -TERM "$pid"; wait "$pid"; echo "server exit: $?"
+      done
+      ;;
+    *) echo "serve_gpu.sh: unknown phase '$phase' (test, model, load, prefix)" >&2; exit 2 ;;
   esac
 done
