@@ -1,10 +1,12 @@
 // oscar calibrate: stream a model over calibration text, accumulate the attention-aware
 // covariances per layer in float64 (pass 1: Σ_Q, Σ_K, Σ_V; pass 2: score-weighted Σ_V
 // with the frozen C_Q,h), fit R = eigvec · Hadamard · bit-reversal permutation, and write
-// RotationZoo files plus a JSON manifest.
+// RotationZoo files plus a JSON manifest. The text is one file, several (`-f PATH[:WEIGHT]`,
+// mixed in proportion to the weights) or the multi-domain corpus (`--corpus`, the default).
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -15,6 +17,7 @@
 #include "oscar/calib/key_mean.h"
 #include "oscar/calib/rotation_fit.h"
 #include "oscar/core/error.h"
+#include "oscar/eval/calib_sources.h"
 #include "oscar/kv/rotation_io.h"
 #include "oscar/ops/rope.h"
 
@@ -23,7 +26,8 @@ namespace oscar::cli {
 namespace {
 struct CalibrateOptions {
   ModelOptions model;
-  std::string text_file;
+  std::vector<std::string> text_files;  // -f PATH[:WEIGHT], repeatable
+  std::string corpus_dir;               // --corpus DIR
   std::string out_dir;
   int64_t tokens = 20000;
   int prompts = 40;
@@ -73,6 +77,38 @@ class CovarianceObserver : public ForwardObserver {
   std::vector<std::vector<double>> k_sum_;
 };
 
+// $OSCAR_CORPUS_DIR, else $OSCAR_CACHE/data/corpus, else ~/.cache/oscar/data/corpus (as scripts/env.sh).
+std::string default_corpus_dir() {
+  if (const char* d = std::getenv("OSCAR_CORPUS_DIR"); d && *d) return d;
+  if (const char* c = std::getenv("OSCAR_CACHE"); c && *c) return std::string(c) + "/data/corpus";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.cache/oscar/data/corpus";
+}
+
+// The sources -f and --corpus name; with neither, the default corpus (which must exist).
+std::vector<CalibSource> calibration_sources(const CalibrateOptions& o, std::string& corpus_used) {
+  std::vector<CalibSource> out;
+  corpus_used = o.corpus_dir;
+  if (o.text_files.empty() && o.corpus_dir.empty()) {
+    corpus_used = default_corpus_dir();
+    if (!std::filesystem::is_regular_file(std::filesystem::path(corpus_used) / "manifest.json"))
+      fail("no -f and no calibration corpus at '{}' (the default): install it with `bash scripts/fetch-corpus.sh`, "
+           "or give --corpus DIR or -f FILE",
+           corpus_used);
+  }
+  if (!corpus_used.empty()) {
+    out = corpus_calib_sources(corpus_used);
+    for (const CalibSource& s : out) {
+      const std::string want = corpus_manifest_sha256(corpus_used, s.path);
+      if (!want.empty() && file_sha256(s.path) != want)
+        fmt::print(stderr, "note: '{}' differs from the sha256 in its corpus manifest (edited? `bash "
+                   "scripts/fetch-corpus.sh --verify` checks)\n", s.path);
+    }
+  }
+  for (const std::string& f : o.text_files) out.push_back(parse_calib_source(f));
+  return out;
+}
+
 void progress(const char* what, int done, int total, double secs) {
   const int width = 30, filled = total ? width * done / total : width;
   fmt::print(stderr, "\r{} [{}{}] {}/{} prompts, {:.1f} s", what, std::string(size_t(filled), '#'),
@@ -84,6 +120,8 @@ int calibrate(const CalibrateOptions& o) {
   const auto t_start = std::chrono::steady_clock::now();
   for (const std::string* obj : {&o.k_objective, &o.v_objective}) split_objective(*obj);  // validates names
   if (o.prompts <= 0 || o.tokens < o.prompts) fail("--tokens {} must be at least --prompts {}", o.tokens, o.prompts);
+  std::string corpus;
+  const std::vector<CalibSource> sources = calibration_sources(o, corpus);
   // Flags first: fail before the slow part. The default-on clip search only tunes OSCAR types.
   TuneOptions tune = o.tune;
   if (tune.requested() || o.model.k_scale) tune_base_spec(o.model, o.group, o.sink, o.recent, o.group);
@@ -97,12 +135,54 @@ int calibrate(const CalibrateOptions& o) {
   mo.v_clip.reset();
   LoadedModel m = load_model(mo);
   const ModelConfig& c = m.transformer->config();
-  const std::vector<int32_t> ids = m.tokenizer->encode(read_text_file(o.text_file, "calibration text "), false, false);
-  const int64_t n_used = std::min<int64_t>(o.tokens, int64_t(ids.size()));
-  const int64_t per_prompt = n_used / o.prompts;
-  if (per_prompt < 2) fail("calibration text '{}' has only {} tokens for {} prompts", o.text_file, ids.size(), o.prompts);
+  const auto t_tok = std::chrono::steady_clock::now();
+  std::vector<SourceTokens> toks;
+  for (const CalibSource& s : sources)
+    toks.push_back(tokenize_calib_source(*m.tokenizer, m.chat_template, m.default_system, s.path));
+  const double tokenize_s = seconds_since(t_tok);
+  // The searches probe tokens the fit did not see; with several sources, a share of each.
+  const int64_t probe_tokens =
+      tune.any() ? (c.n_ctx_train > 0 ? std::min<int64_t>(tune.probe_tokens, c.n_ctx_train) : tune.probe_tokens) : 0;
+  const CalibMix mix = mix_calib_sources(sources, toks, o.tokens, o.prompts, probe_tokens);
+  const std::vector<int32_t>& ids = mix.ids;
+  const int64_t per_prompt = mix.per_prompt;
+  nlohmann::json source_log = nlohmann::json::array();
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const CalibSourceUse& u = mix.use[i];
+    source_log.push_back({{"path", sources[i].path},
+                          {"sha256", file_sha256(sources[i].path)},
+                          {"weight", sources[i].weight},
+                          {"domain", sources[i].domain},
+                          {"format", toks[i].doc_starts.empty() ? "text" : "chat_jsonl"},
+                          {"source_tokens", toks[i].ids.size()},
+                          {"tokens", u.tokens},
+                          {"prompts", u.prompts},
+                          {"window_starts", u.starts},
+                          {"probe_tokens", u.probe_tokens}});
+    if (!toks[i].doc_starts.empty()) {
+      source_log.back()["conversations"] = toks[i].doc_starts.size();
+      source_log.back()["chat_template"] = m.chat_template == ChatTemplateKind::chatml ? "chatml"
+                                           : m.chat_template == ChatTemplateKind::llama3 ? "llama3"
+                                                                                         : "none (contents joined)";
+    }
+  }
+  const std::string text_desc = sources.size() == 1 ? sources[0].path
+                                : !corpus.empty() && o.text_files.empty()
+                                    ? "corpus " + corpus
+                                    : fmt::format("{} sources", sources.size());
   fmt::print(stderr, "calibrating {} on {} tokens ({} prompts of {}) from {}\n", c.name, per_prompt * o.prompts,
-             o.prompts, per_prompt, o.text_file);
+             o.prompts, per_prompt, text_desc);
+  if (sources.size() > 1) {
+    int64_t all = 0;
+    for (const SourceTokens& t : toks) all += int64_t(t.ids.size());
+    fmt::print(stderr, "  (tokenized {} sources, {} tokens, in {:.1f} s)\n", sources.size(), all, tokenize_s);
+  }
+  if (sources.size() > 1)
+    for (size_t i = 0; i < sources.size(); ++i)
+      fmt::print(stderr, "  {:5.1f} %  {} prompts, {} tokens (+{} probe) from {}{}\n",
+                 100.0 * double(mix.use[i].tokens) / double(per_prompt * o.prompts), mix.use[i].prompts,
+                 mix.use[i].tokens, mix.use[i].probe_tokens, sources[i].path,
+                 toks[i].doc_starts.empty() ? "" : " (through the chat template)");
 
   std::vector<CovarianceAccumulator> acc;
   for (int l = 0; l < c.n_layers; ++l) acc.emplace_back(c.n_heads, c.n_kv_heads, c.head_dim);
@@ -169,12 +249,14 @@ int calibrate(const CalibrateOptions& o) {
   }
   nlohmann::json extra = {{"model", c.name},
                           {"model_file", std::filesystem::path(o.model.model).filename().string()},
-                          {"calibration_text", o.text_file},
+                          {"calibration_text", text_desc},
+                          {"calibration_sources", source_log},
                           {"tokens", per_prompt * o.prompts},
                           {"prompts", o.prompts},
                           {"tokens_per_prompt", per_prompt},
                           {"eigenvalue_spectra", spectra},
                           {"seconds", seconds_since(t_start)}};
+  if (!corpus.empty()) extra["calibration_corpus"] = corpus;
   if (!tuned.is_null()) extra["searches"] = tuned;
   if (!k_scale_fit.is_null()) extra["k_scale_fit"] = k_scale_fit;
   write_rotation_dir(rs, o.out_dir, extra);
@@ -188,7 +270,17 @@ void add_calibrate_command(CLI::App& app) {
   auto o = std::make_shared<CalibrateOptions>();
   CLI::App* cmd = app.add_subcommand("calibrate", "fit OSCAR rotations for a model on calibration text");
   add_model_options(*cmd, o->model, false);
-  cmd->add_option("-f,--file", o->text_file, "calibration text (never the evaluation text)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-f,--file", o->text_files,
+                  "calibration text PATH[:WEIGHT] (never the evaluation text); repeat to mix several files, each "
+                  "giving a WEIGHT-proportional share of the prompts and tokens (default weight 1); a .jsonl file "
+                  "holds one chat a line (a JSON list of {\"role\", \"content\"}), rendered through the model's chat "
+                  "template. Without -f and --corpus: the corpus in $OSCAR_CORPUS_DIR, else "
+                  "$OSCAR_CACHE/data/corpus (~/.cache/oscar/data/corpus)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--corpus", o->corpus_dir,
+                  "calibration corpus directory (scripts/fetch-corpus.sh): every manifest.json file with role "
+                  "\"calib\", weighted by its \"weight\" (default 1); with -f, the files are added to it");
   cmd->add_option("-o,--out", o->out_dir, "output directory (RotationZoo .pt files + manifest.json)")->required();
   cmd->add_option("--tokens", o->tokens, "calibration tokens")->check(CLI::Range(int64_t(2), int64_t(1) << 30));
   cmd->add_option("--prompts", o->prompts, "number of prompts the tokens are cut into")->check(CLI::Range(1, 1 << 20));

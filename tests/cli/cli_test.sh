@@ -111,6 +111,59 @@ if [[ -f "$OSCAR_MODEL" ]]; then
     --rotations "$tmp/rot" --k-channel "$here/../data/ppl_text.txt"
   check "--k-bias-split on a baseline is reported" 0 "KV int4\+k-bias-split$" \
     "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 64 --chunks 1 --kv int4 --k-bias-split
+  # Several calibration sources (issue 26): -f PATH[:WEIGHT] repeated, chat .jsonl through the
+  # model's template, a corpus directory (--corpus, or the default one), the manifest's record.
+  txt="$here/../data/ppl_text.txt"
+  printf '%s\n' '[{"role": "user", "content": "What is a cat?"}, {"role": "assistant", "content": "A small furry animal that purrs."}]' \
+    '[{"role": "user", "content": "And a dog?"}, {"role": "assistant", "content": "A loyal animal that barks and fetches."}]' \
+    > "$tmp/one.jsonl"
+  for i in $(seq 1 6); do cat "$tmp/one.jsonl"; done > "$tmp/chat.jsonl"
+  check "calibrate -f A:3 -f B:1 shares the prompts 3:1" 0 "75\.0 %  6 prompts, 120 tokens .*ppl_text.txt" \
+    "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt:3" -f "$here/../data/tokenizer_corpus.txt:1" --tokens 160 --prompts 8 \
+    -o "$tmp/rot_mix" --no-clip-search
+  check "the manifest records each source" 0 "" python3 -c "
+import json, sys
+m = json.load(open('$tmp/rot_mix/manifest.json'))
+s = m['calibration_sources']
+ok = [x['prompts'] for x in s] == [6, 2] and [x['tokens'] for x in s] == [120, 40] and [x['weight'] for x in s] == [3, 1]
+ok = ok and all(len(x['sha256']) == 64 for x in s) and m['tokens'] == 160 and s[0]['window_starts'][1] > 20
+sys.exit(0 if ok else 1)"
+  "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt:3" -f "$here/../data/tokenizer_corpus.txt:1" --tokens 160 --prompts 8 \
+    -o "$tmp/rot_mix2" --no-clip-search >/dev/null 2>&1
+  check "a mixed calibration is deterministic" 0 "" \
+    bash -c "cmp '$tmp/rot_mix/k_rotation_qqt_r_h_pbr.pt' '$tmp/rot_mix2/k_rotation_qqt_r_h_pbr.pt' && cmp '$tmp/rot_mix/v_rotation_sst_r_h_pbr.pt' '$tmp/rot_mix2/v_rotation_sst_r_h_pbr.pt'"
+  check "calibrate a .jsonl through the chat template" 0 "through the chat template" \
+    "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt" -f "$tmp/chat.jsonl" --tokens 128 --prompts 4 -o "$tmp/rot_chat" --no-clip-search
+  check "the manifest records the chat source" 0 "" python3 -c "
+import json, sys
+s = json.load(open('$tmp/rot_chat/manifest.json'))['calibration_sources'][1]
+sys.exit(0 if s['format'] == 'chat_jsonl' and s['conversations'] == 12 and s['chat_template'] == 'chatml' and s['prompts'] == 2 else 1)"
+  mkdir -p "$tmp/corpus/calib"
+  cp "$txt" "$tmp/corpus/calib/prose.txt"; cp "$tmp/chat.jsonl" "$tmp/corpus/calib/chat.jsonl"
+  printf '%s\n' '{"files": [{"file": "calib/prose.txt", "role": "calib", "domain": "prose-en"},' \
+    '{"file": "eval/other.txt", "role": "eval", "domain": "x"},' \
+    '{"file": "calib/chat.jsonl", "role": "calib", "domain": "chat"}]}' > "$tmp/corpus/manifest.json"
+  check "calibrate --corpus" 0 "from corpus .*/corpus" \
+    "$bin" calibrate -m "$OSCAR_MODEL" --corpus "$tmp/corpus" --tokens 128 --prompts 4 -o "$tmp/rot_corpus" --no-clip-search
+  check "calibrate with no -f takes \$OSCAR_CORPUS_DIR" 0 "from corpus .*/corpus" \
+    env OSCAR_CORPUS_DIR="$tmp/corpus" "$bin" calibrate -m "$OSCAR_MODEL" --tokens 128 --prompts 4 -o "$tmp/rot_default" --no-clip-search
+  check "the corpus domains are recorded" 0 "" python3 -c "
+import json, sys
+m = json.load(open('$tmp/rot_default/manifest.json'))
+sys.exit(0 if [s['domain'] for s in m['calibration_sources']] == ['prose-en', 'chat'] and m['calibration_corpus'].endswith('/corpus') else 1)"
+  check "calibrate without a corpus names fetch-corpus.sh" nonzero "error: no -f and no calibration corpus at .*scripts/fetch-corpus.sh" \
+    env OSCAR_CORPUS_DIR="$tmp/no_corpus" "$bin" calibrate -m "$OSCAR_MODEL" -o "$tmp/rot_x"
+  check "calibrate -f missing file" nonzero "error: -f '.*/none.txt': calibration file '.*/none.txt' does not exist" \
+    "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt" -f "$tmp/none.txt" -o "$tmp/rot_x"
+  check "calibrate -f bad weight" nonzero "error: -f '.*ppl_text.txt:two': the weight 'two' is not a number > 0" \
+    "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt:two" -o "$tmp/rot_x"
+  check "calibrate -f zero weight" nonzero "the weight '0' is not a number > 0" \
+    "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt:0" -f "$txt" -o "$tmp/rot_x"
+  { cat "$tmp/one.jsonl"; echo '[{"role": "user", "content": "unterminated}]'; } > "$tmp/bad.jsonl"
+  check "calibrate malformed .jsonl line" nonzero "error: .*bad.jsonl:3: not valid JSON" \
+    "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt" -f "$tmp/bad.jsonl" --tokens 128 --prompts 4 -o "$tmp/rot_x"
+  check "calibrate source shorter than its share" nonzero "has [0-9]+ tokens, fewer than its share" \
+    "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt" -f "$tmp/one.jsonl" --tokens 4000 --prompts 8 -o "$tmp/rot_x"
   # Per-layer precision under a budget (--kv-budget) and per-layer clip ratios (--clip-search):
   # chosen at calibration, stored with the rotations (directory and GGUF), used by --kv int2-oscar.
   txt="$here/../data/ppl_text.txt"
