@@ -32,7 +32,7 @@
 # the run changes nothing), OSCAR_BENCH_ARGS (appended to every measured oscar command, bench and run,
 # e.g. "--weights native"), OSCAR_QWEN_MODEL (default $OSCAR_MODELS/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf),
 # and those of scripts/env.sh (OSCAR_MODEL, OSCAR_EVAL_TEXT, OSCAR_CALIB_TEXT, OSCAR_VENV, ...).
-# int2-oscar uses the cached default rotations of scripts/quickstart.sh, else the cached quick fit of
+# int2-oscar uses the cached rotations of scripts/quickstart.sh (corpus), else the calib.txt fit, else the quick fit of
 # bench/serve_cpu.sh, else calibrates that quick fit once (cached; speed does not depend on the fit).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -102,8 +102,11 @@ git_dirty=0; [[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" 
 rotations_for() {
   local model=$1 stem
   stem="$(basename "$model" .gguf)"
+  rot="$OSCAR_CACHE/rotations/$stem/$OSCAR_CORPUS_ROTATIONS_NAME"
+  rot_how="cached default of scripts/quickstart.sh: oscar calibrate --corpus --tokens 20000 --prompts 40 (clip search, key mean)"
+  [[ -f "$rot/manifest.json" ]] && return 0
   rot="$OSCAR_CACHE/rotations/$stem/$OSCAR_ROTATIONS_NAME"
-  rot_how="cached default of scripts/quickstart.sh: oscar calibrate --tokens 20000 --prompts 40 (clip search, key mean)"
+  rot_how="cached fit on calib.txt: oscar calibrate -f calib.txt --tokens 20000 --prompts 40 (clip search, key mean)"
   [[ -f "$rot/manifest.json" ]] && return 0
   rot="$OSCAR_CACHE/rotations/$stem/seq4000_prompt8_noclip_kmean"
   rot_how="quick fit (as bench/serve_cpu.sh): oscar calibrate --no-clip-search --tokens 4000 --prompts 8; the speed of int2-oscar does not depend on the fit"
