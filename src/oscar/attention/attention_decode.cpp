@@ -41,15 +41,13 @@ void attention_decode(const AttentionShape& s, const KvSeqView& kv, const float*
       DecodeChunk c{kv, kvh, begin, end, q + int64_t(kvh) * group * d, group, scale};
       if (key_add) {  // q · key_add for the chunk's keys, added to each score
         const int64_t n = end - begin;
-        score_add.assign(size_t(group * n), 0.0f);
-        for (int64_t t = 0; t < n; ++t) {
-          const float* a = key_add + ((begin + t) * s.n_kv_heads + kvh) * d;
-          for (int g = 0; g < group; ++g) {
-            const float* qg = c.q + g * d;
-            float dot = 0.0f;
-            for (int i = 0; i < d; ++i) dot += qg[i] * a[i];
-            score_add[size_t(g * n + t)] = dot;
-          }
+        score_add.resize(size_t(group * n));
+        const float* a = key_add + (begin * s.n_kv_heads + kvh) * d;
+        const int64_t stride = int64_t(s.n_kv_heads) * d;
+        if (avx2) {
+          key_add_scores_avx2(c.q, group, d, a, stride, n, score_add.data());
+        } else {
+          key_add_scores_scalar(c.q, group, d, a, stride, n, score_add.data());
         }
         c.score_add = score_add.data();
       }

@@ -25,7 +25,25 @@ struct DecodeChunk {
 // Full-precision rows (sink / recent):
 void decode_chunk_scalar(const DecodeChunk& c, SoftmaxPartial* part, float* part_o);
 void decode_chunk_avx2(const DecodeChunk& c, SoftmaxPartial* part, float* part_o);
-// Quantized history rows, read packed through the codec (no dequantized copy):
+// Quantized history rows, read packed (no dequantized copy). decode_chunk_history picks
+// the AVX2 kernel when both formats have one, else the generic path.
 void decode_chunk_history(const DecodeChunk& c, SoftmaxPartial* part, float* part_o);
+// AVX2, per-token formats (uniform INT2/4/8, Lloyd-Max INT2): each row's codes expanded
+// once for a tile of the group's heads, scale/zero folded per group (see its file).
+bool decode_history_avx2_supports(const HistoryFormat& f);
+void decode_chunk_history_avx2(const DecodeChunk& c, SoftmaxPartial* part, float* part_o);
+// Generic: one codec call per (row, query head) (history_dot / history_axpy): KIVI keys,
+// raw bf16 rows, machines without AVX2.
+void decode_chunk_history_generic(const DecodeChunk& c, SoftmaxPartial* part, float* part_o);
+// Scalar reference of the history chunk: rows dequantized by history_load, sums in double.
+void decode_chunk_history_ref(const DecodeChunk& c, SoftmaxPartial* part, float* part_o);
+
+// out[g·n + t] = q_g · a_t for the G heads of a group and n rows a_t = rows + t·stride
+// (the key_add rows of a chunk); AVX2 sums in f32 lanes, the scalar one in order.
+void key_add_scores_avx2(const float* q, int G, int d, const float* rows, int64_t stride, int64_t n, float* out);
+void key_add_scores_scalar(const float* q, int G, int d, const float* rows, int64_t stride, int64_t n, float* out);
+
+// s[i] = exp(s[i] − m) for i < n (every s[i] <= m), returns Σ s[i] (AVX2 exp, ≤ 2 ulp).
+float softmax_exp_avx2(float* s, int64_t n, float m);
 
 }  // namespace oscar
