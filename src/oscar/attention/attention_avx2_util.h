@@ -39,6 +39,14 @@ inline __m256 hsum8x8(const __m256* v) {
   return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
 }
 
+// dst[0, nt) = the first nt lanes of r (nt ≤ 8).
+inline void store_lanes(float* dst, __m256 r, int nt) {
+  if (nt == 8) return _mm256_storeu_ps(dst, r);
+  alignas(32) float buf[8];
+  _mm256_store_ps(buf, r);
+  std::copy(buf, buf + nt, dst);
+}
+
 // s[t] = (s[t] + add[t]) · scale (add may be null); returns the max.
 inline float scale_scores(float* s, const float* add, int n, float scale) {
   const __m256 vs = _mm256_set1_ps(scale);

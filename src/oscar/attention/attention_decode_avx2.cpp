@@ -50,14 +50,7 @@ void fp_scores(const uint8_t* const* rows, int n, int d, const float* q, int G, 
       }
     }
     for (int g = 0; g < G; ++g) {
-      const __m256 r = hsum8x8(lanes[g]);
-      if (nt == 8) {
-        _mm256_storeu_ps(out + g * kSub + t0, r);
-      } else {
-        alignas(32) float buf[8];
-        _mm256_store_ps(buf, r);
-        std::copy(buf, buf + nt, out + g * kSub + t0);
-      }
+      store_lanes(out + g * kSub + t0, hsum8x8(lanes[g]), nt);
     }
   }
 }
@@ -138,17 +131,9 @@ void decode_chunk_avx2(const DecodeChunk& c, SoftmaxPartial* part, float* part_o
     } else {
       fp_scores<false>(krows, m, d, c.q, G, s);
     }
-    for (int g = 0; g < G; ++g) {
-      float* sg = s + g * kSub;
-      const float mx = scale_scores(sg, c.score_add ? c.score_add + g * n + t0 : nullptr, m, c.scale);
-      // Fold into the running partial: rescale what the earlier sub-chunks gave.
-      const float m_new = std::max(part[g].m, mx);
-      const float corr = part[g].l > 0.0f ? std::exp(part[g].m - m_new) : 0.0f;
-      part[g].l = part[g].l * corr + softmax_exp_avx2(sg, m, m_new);
-      part[g].m = m_new;
-      if (t0 > 0)
-        for (int i = 0; i < d; ++i) part_o[g * d + i] *= corr;
-    }
+    for (int g = 0; g < G; ++g)
+      fold_sub_chunk_avx2(s + g * kSub, c.score_add ? c.score_add + g * n + t0 : nullptr, m, c.scale, part[g],
+                          part_o + g * d, d, t0 > 0);
     float* o = t0 == 0 ? part_o : o_sub;
     if (f32) {
       fp_values_all<true>(vrows, m, d, s, G, o);

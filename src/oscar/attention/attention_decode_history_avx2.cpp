@@ -162,14 +162,7 @@ void tile_scores(const RowFormat& f, const uint8_t* const* rows, int n, const fl
       for (int h = 0; h < HT; ++h) lanes[h][u] = tot[h];
     }
     for (int h = 0; h < HT; ++h) {
-      const __m256 r = _mm256_add_ps(hsum8x8(lanes[h]), _mm256_load_ps(off[h]));
-      if (nt == 8) {
-        _mm256_storeu_ps(out + h * out_stride + t0, r);
-      } else {
-        alignas(32) float buf[8];
-        _mm256_store_ps(buf, r);
-        std::copy(buf, buf + nt, out + h * out_stride + t0);
-      }
+      store_lanes(out + h * out_stride + t0, _mm256_add_ps(hsum8x8(lanes[h]), _mm256_load_ps(off[h])), nt);
     }
   }
 }
@@ -320,6 +313,18 @@ float softmax_exp_avx2(float* s, int64_t n, float m) {
   return hsum8(sum) + tail;
 }
 
+void fold_sub_chunk_avx2(float* s, const float* add, int64_t m, float scale, SoftmaxPartial& part, float* o, int d,
+                         bool rescale_o) {
+  const float mx = scale_scores(s, add, int(m), scale);
+  // Rescale what the earlier sub-chunks gave.
+  const float m_new = std::max(part.m, mx);
+  const float corr = part.l > 0.0f ? std::exp(part.m - m_new) : 0.0f;
+  part.l = part.l * corr + softmax_exp_avx2(s, m, m_new);
+  part.m = m_new;
+  if (rescale_o)
+    for (int i = 0; i < d; ++i) o[i] *= corr;
+}
+
 bool decode_history_avx2_supports(const HistoryFormat& f) {
   if (f.per_channel) return false;
   switch (f.quant) {
@@ -374,18 +379,9 @@ void decode_chunk_history_avx2(const DecodeChunk& c, SoftmaxPartial* part, float
       scores(kr, h0, ht, krows, m, c.q, qsum, k_alpha, k_beta, ktab, s, kSub);
       h0 += ht;
     }
-    for (int h = 0; h < n_heads; ++h) {
-      float* sh = s + h * kSub;
-      const float* add = c.score_add ? c.score_add + h * n + t0 : nullptr;
-      const float mx = scale_scores(sh, add, m, c.scale);
-      // Fold into the running partial: rescale what the earlier sub-chunks gave.
-      const float m_new = std::max(part[h].m, mx);
-      const float corr = part[h].l > 0.0f ? std::exp(part[h].m - m_new) : 0.0f;
-      part[h].l = part[h].l * corr + softmax_exp_avx2(sh, m, m_new);
-      part[h].m = m_new;
-      if (t0 > 0)
-        for (int i = 0; i < d; ++i) part_o[h * d + i] *= corr;
-    }
+    for (int h = 0; h < n_heads; ++h)
+      fold_sub_chunk_avx2(s + h * kSub, c.score_add ? c.score_add + h * n + t0 : nullptr, m, c.scale, part[h],
+                          part_o + h * d, d, t0 > 0);
     float* o = t0 == 0 ? part_o : o_sub;
     for (int k = 0, h0 = 0; k < v_tiles; ++k) {
       const int ht = (n_heads - h0) / (v_tiles - k);

@@ -46,4 +46,10 @@ void key_add_scores_scalar(const float* q, int G, int d, const float* rows, int6
 // s[i] = exp(s[i] − m) for i < n (every s[i] <= m), returns Σ s[i] (AVX2 exp, ≤ 2 ulp).
 float softmax_exp_avx2(float* s, int64_t n, float m);
 
+// Folds a sub-chunk of m raw scores into a running partial: s ← (s + add)·scale (add may be
+// null), then the weights exp(s − m_new) in place; `part` takes them, and o[0, d) (the output
+// the earlier sub-chunks accumulated) is rescaled by the change of maximum where rescale_o.
+void fold_sub_chunk_avx2(float* s, const float* add, int64_t m, float scale, SoftmaxPartial& part, float* o, int d,
+                         bool rescale_o);
+
 }  // namespace oscar

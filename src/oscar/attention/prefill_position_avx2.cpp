@@ -7,20 +7,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "oscar/attention/attention_avx2_util.h"
 #include "oscar/attention/prefill_position.h"
 #include "oscar/ops/avx2_util.h"
 
 namespace oscar {
 
 namespace {
-
-// [Σ a0, Σ a1, …, Σ a7]: each lane's sum is ((x0+x1)+(x2+x3)) + ((x4+x5)+(x6+x7)).
-inline __m256 sum8x8(const __m256 a[8]) {
-  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
 
 // out[c] += Σ_t p[t]·v_t[c] for c in [c0, c0 + 8·R), keys in position order, the R
 // accumulators in registers (the same FMA sequence as accumulating in memory).
@@ -56,9 +49,7 @@ void prefill_position_avx2(const PrefillPositionArgs& a, const float* q, int64_t
         const __m256 qc = _mm256_loadu_ps(qg + c);
         for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(kt[j] + c), acc[j]);
       }
-      alignas(32) float s8[8];
-      _mm256_store_ps(s8, _mm256_mul_ps(sum8x8(acc), scale));
-      std::copy(s8, s8 + n, scores + g * visible + t0);
+      store_lanes(scores + g * visible + t0, _mm256_mul_ps(hsum8x8(acc), scale), n);
     }
   }
   for (int g = 0; g < G; ++g) {
