@@ -14,6 +14,7 @@
 #include "oscar/formats/ggml_type.h"
 #include "oscar/ops/cpu_features.h"
 #include "oscar/qmat/qdot.h"
+#include "qdot4_check.h"
 
 namespace oscar {
 namespace {
@@ -182,20 +183,10 @@ TEST(QdotKquantAvx2, FourRowsEqualOneRowBitForBit) {
     const qmat::QDot4Fn dot4 = qmat::qdot4_avx2_kernel(f.type);
     ASSERT_NE(dot4, nullptr) << ggml_type_name(f.type);
     for (int64_t k : sizes) {
-      const int64_t kb = k / 32, stride = kb + 8;
       const auto w = random_rows(f.type, k, 1, ++seed, 0);
-      std::vector<ActQ8Block> x(static_cast<size_t>(4 * stride));
-      for (int r = 0; r < 4; ++r) {
-        const auto xr = quantize_act(random_act(k, ++seed));
-        std::copy(xr.begin(), xr.end(), x.begin() + r * stride);
-      }
-      float out[4];
-      dot4(w.data(), x.data(), stride, k, out);
-      for (int r = 0; r < 4; ++r) {
-        const float one = f.avx2(w.data(), x.data() + r * stride, k);
-        EXPECT_EQ(std::memcmp(&out[r], &one, 4), 0)
-            << ggml_type_name(f.type) << " k " << k << " row " << r << ": " << out[r] << " vs " << one;
-      }
+      std::vector<std::vector<ActQ8Block>> rows;
+      for (int r = 0; r < 4; ++r) rows.push_back(quantize_act(random_act(k, ++seed)));
+      qmat::expect_four_rows_equal_one(dot4, f.avx2, w.data(), k, rows, k / 32 + 8, ggml_type_name(f.type));
     }
   }
 }

@@ -14,6 +14,7 @@
 #include "oscar/formats/ggml_type.h"
 #include "oscar/ops/cpu_features.h"
 #include "oscar/qmat/qdot.h"
+#include "qdot4_check.h"
 
 namespace oscar::qmat {
 namespace {
@@ -279,20 +280,10 @@ TEST(QdotLegacyAvx2, FourRowsEqualOneRowBitForBit) {
     ASSERT_NE(dot4, nullptr) << ggml_type_name(f.type);
     uint64_t seed = 7000 + uint64_t(f.type) * 100;
     for (int64_t k : {int64_t(32), int64_t(96), int64_t(576), int64_t(1536)}) {
-      const int64_t kb = k / act_block, stride = kb + 3;
       const auto w = random_weights(f, k, ++seed);
-      std::vector<ActQ8Block> x(size_t(4 * stride));
-      for (int r = 0; r < 4; ++r) {
-        const auto xr = quantize(random_acts(k, ++seed));
-        std::copy(xr.begin(), xr.end(), x.begin() + r * stride);
-      }
-      float out[4];
-      dot4(w.data(), x.data(), stride, k, out);
-      for (int r = 0; r < 4; ++r) {
-        const float one = f.avx2(w.data(), x.data() + r * stride, k);
-        EXPECT_EQ(std::memcmp(&out[r], &one, 4), 0)
-            << ggml_type_name(f.type) << " k " << k << " row " << r << ": " << out[r] << " vs " << one;
-      }
+      std::vector<std::vector<ActQ8Block>> rows;
+      for (int r = 0; r < 4; ++r) rows.push_back(quantize(random_acts(k, ++seed)));
+      expect_four_rows_equal_one(dot4, f.avx2, w.data(), k, rows, k / act_block + 3, ggml_type_name(f.type));
     }
   }
 }
