@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "oscar/core/error.h"
 #include "oscar/core/thread_pool.h"
@@ -65,13 +64,6 @@ void add_sampler_options(CLI::App& cmd, SamplerParams& p) {
   cmd.add_option("-s,--seed", p.seed, "random seed");
 }
 
-std::string read_text_file(const std::string& path, std::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read {}'{}'", what, path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void write_json_file(const std::string& path, const nlohmann::json& j) {
   std::ofstream out(path);

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "oscar/core/read_file.h"
 #include "oscar/engine/cpu_runner.h"
 #include "oscar/engine/generate.h"
 #include "oscar/engine/model_loader.h"
@@ -39,8 +40,7 @@ void add_sampler_options(CLI::App& cmd, SamplerParams& p);
 
 using oscar::Utf8Stream;
 
-// The whole file as bytes; throws oscar::Error "cannot read <what>'<path>'".
-std::string read_text_file(const std::string& path, std::string_view what = "");
+using oscar::read_text_file;  // core/read_file.h
 
 // Writes j indented, with a final newline; throws oscar::Error "cannot write '<path>'".
 void write_json_file(const std::string& path, const nlohmann::json& j);

@@ -10,9 +10,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
-#include <sstream>
 
 #include "oscar/core/error.h"
+#include "oscar/core/read_file.h"
 
 namespace oscar {
 
@@ -20,13 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_file_bytes(const std::string& path, std::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read {}'{}'", what, path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 bool ends_with(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
@@ -46,7 +39,7 @@ nlohmann::json read_manifest(const std::string& dir) {
   if (!fs::is_regular_file(mf))
     fail("no corpus manifest '{}': install the corpus with `bash scripts/fetch-corpus.sh`", mf);
   try {
-    return nlohmann::json::parse(read_file_bytes(mf, "corpus manifest "));
+    return nlohmann::json::parse(read_text_file(mf, "corpus manifest "));
   } catch (const nlohmann::json::exception& e) {
     fail("corpus manifest '{}' is not valid JSON: {}", mf, e.what());
   }
@@ -140,7 +133,7 @@ std::vector<std::vector<ChatMessage>> parse_chat_jsonl(std::string_view text, co
 
 SourceTokens tokenize_calib_source(const Tokenizer& tok, ChatTemplateKind kind, const std::string& default_system,
                                    const std::string& path) {
-  const std::string text = read_file_bytes(path, "calibration text ");
+  const std::string text = read_text_file(path, "calibration text ");
   SourceTokens st;
   if (!ends_with(path, ".jsonl")) {
     st.ids = tok.encode(text, false, false);
