@@ -14,6 +14,7 @@
 #include <numeric>
 #include <set>
 
+#include "../test_util.h"
 #include "oscar/core/error.h"
 #include "oscar/eval/calib_sources.h"
 #include "oscar/text/tokenizer_hf.h"
@@ -43,14 +44,7 @@ class Scratch {
   fs::path dir_;
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 // Source i's stream: token t of source i is i · 1e6 + t, so every fitted token names its origin.
 SourceTokens numbered(int source, int64_t n) {

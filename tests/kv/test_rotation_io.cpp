@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "../test_util.h"
 #include "oscar/core/error.h"
 #include "oscar/formats/torch_pt.h"
 #include "oscar/kv/rotation_io.h"
@@ -83,14 +84,7 @@ RotationSet sample_set(int d, int n_layers) {
   return rs;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 TEST(RotationIo, ReadsTorchFixtureWithManifest) {
   std::ifstream in(data_dir + "expected.json");
