@@ -7,6 +7,7 @@
 //  * rotating q and k by one orthogonal R leaves attention unchanged (f32 cache).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -199,8 +200,8 @@ TEST(MixedAttention, PerLayerFormatsEachEqualTheirReference) {
 // Prefill of n queries at positions p .. p+n−1 (after a prefix of p tokens committed in one
 // step) against decode at each position of a second cache written one token at a time
 // (write → demote → decode → commit, as transformer.cpp runs a step). ≤ 1e-4 relative.
-// key_add (the split-off K bias) in decode, its reference and prefill equals attention
-// over keys with the rows added (≤ kDecodeRelTol, as above).
+// The split-off K bias (KeyBias: decode from positions, its reference and prefill from
+// rows) equals attention over keys with the rows added (≤ kDecodeRelTol, as above).
 TEST(MixedAttention, KeyAddEqualsAddingToTheKeys) {
   const int kvh = 2, d = 32, gqa = 3;
   const int64_t n = 100;
@@ -210,7 +211,15 @@ TEST(MixedAttention, KeyAddEqualsAddingToTheKeys) {
   spec.group = d;
   const AttentionShape s{kvh * gqa, kvh, d};
   auto f = fill_mixed(spec, kvh, d, n, 31);
-  const auto add = test::random_vector(size_t(n * kvh * d), 32, -3, 3);  // [n, kvh, d]
+  RopeFreqs rope;
+  for (int i = 0; i < d / 2; ++i) rope.inv_freq.push_back(std::pow(10000.0, -2.0 * i / d));
+  const auto bias = test::random_vector(size_t(kvh * d), 32, -3, 3);
+  // to_cache: some basis change of the cache (the model's ⊘ s and R_K), here a scale per column.
+  const KeyBias key_bias(rope, kvh, d, bias.data(), [&](float* rows, int64_t m) {
+    for (int64_t i = 0; i < m * kvh * d; ++i) rows[i] *= 0.5f + float(i % d) / float(d);
+  });
+  std::vector<float> add(size_t(n * kvh * d));  // [n, kvh, d]; n > KeyBias::kBlock, two anchors
+  key_bias.rows(0, n, add.data());
   std::vector<float> k_ref = f->k_ref;                                    // [kvh, n, d]
   for (int h = 0; h < kvh; ++h)
     for (int64_t t = 0; t < n; ++t)
@@ -220,7 +229,7 @@ TEST(MixedAttention, KeyAddEqualsAddingToTheKeys) {
   std::vector<float> ref(out_n), dec(out_n, NAN), dec_ref(out_n, NAN), pre(out_n, NAN), plain(out_n, NAN);
   attention_ref(s, q.data(), 1, n - 1, k_ref.data(), f->v_ref.data(), n, ref.data());
   const KvSeqView view = f->cache.view(0, f->seq, n);
-  attention_decode(s, view, q.data(), dec.data(), add.data());
+  attention_decode(s, view, q.data(), dec.data(), &key_bias);
   attention_decode_ref(s, view, q.data(), dec_ref.data(), add.data());
   attention_prefill(s, f->cache, 0, f->seq, q.data(), 1, n - 1, pre.data(), add.data());
   attention_decode(s, view, q.data(), plain.data());

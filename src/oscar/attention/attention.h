@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "oscar/attention/key_bias.h"
 #include "oscar/kv/kv_cache.h"
 
 namespace oscar {
@@ -31,10 +32,12 @@ void attention_prefill(const AttentionShape& s, const KvCache& cache, int layer,
 // Decode: one query token over all n_kv rows of `kv`, reading the pages directly.
 // Split over (KV head, key chunk) tasks on the thread pool, merged by online softmax.
 // q, out: [n_heads, d].
-// key_add as for prefill, [kv.n_tokens, n_kv_heads, d].
+// key_bias (optional): the same key part as prefill's key_add, evaluated from positions
+// (key_bias.h), so that decode streams no per-token rows.
 void attention_decode(const AttentionShape& s, const KvSeqView& kv, const float* q, float* out,
-                      const float* key_add = nullptr);
-// Scalar reference of the same computation (one pass per head, double accumulation).
+                      const KeyBias* key_bias = nullptr);
+// Scalar reference of the same computation (one pass per head, double accumulation), the
+// key part given as rows: key_add [kv.n_tokens, n_kv_heads, d] (KeyBias::rows).
 void attention_decode_ref(const AttentionShape& s, const KvSeqView& kv, const float* q, float* out,
                           const float* key_add = nullptr);
 

@@ -12,7 +12,7 @@
 namespace oscar {
 
 void attention_decode(const AttentionShape& s, const KvSeqView& kv, const float* q, float* out,
-                      const float* key_add) {
+                      const KeyBias* key_bias) {
   const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
   OSCAR_CHECK(group <= kMaxDecodeGroup, "GQA group {} exceeds {}", group, kMaxDecodeGroup);
   OSCAR_CHECK(d <= kMaxDecodeHeadDim && d % 8 == 0, "head_dim {} unsupported by decode attention", d);
@@ -33,21 +33,26 @@ void attention_decode(const AttentionShape& s, const KvSeqView& kv, const float*
   std::vector<float> part_o(size_t(n_tasks * group * d));
   const float scale = 1.0f / std::sqrt(float(d));
   const bool avx2 = use_avx2();
+  std::vector<float> coef;  // each query head's key-bias coefficients, once per step
+  if (key_bias) {
+    OSCAR_CHECK(key_bias->n_kv_heads() == s.n_kv_heads && key_bias->head_dim() == d, "key bias of another shape");
+    coef.resize(size_t(s.n_heads) * d);
+    key_bias->coefficients(q, s.n_heads, coef.data());
+  }
   default_pool().parallel_for(n_tasks, 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> score_add;
     for (int64_t task = t0; task < t1; ++task) {
       const int kvh = int(task / n_chunks);
       const auto [begin, end] = ranges[size_t(task % n_chunks)];
       DecodeChunk c{kv, kvh, begin, end, q + int64_t(kvh) * group * d, group, scale};
-      if (key_add) {  // q · key_add for the chunk's keys, added to each score
+      if (key_bias) {  // q · a_t for the chunk's keys, added to each score
         const int64_t n = end - begin;
         score_add.resize(size_t(group * n));
-        const float* a = key_add + (begin * s.n_kv_heads + kvh) * d;
-        const int64_t stride = int64_t(s.n_kv_heads) * d;
+        const float* cg = coef.data() + int64_t(kvh) * group * d;
         if (avx2) {
-          key_add_scores_avx2(c.q, group, d, a, stride, n, score_add.data());
+          key_bias->scores_avx2(cg, group, begin, n, score_add.data());
         } else {
-          key_add_scores_scalar(c.q, group, d, a, stride, n, score_add.data());
+          key_bias->scores_scalar(cg, group, begin, n, score_add.data());
         }
         c.score_add = score_add.data();
       }

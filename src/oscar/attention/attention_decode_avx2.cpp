@@ -91,18 +91,6 @@ void fp_values_all(const uint8_t* const* rows, int n, int d, const float* p, int
 
 }  // namespace
 
-// A memory-bound pass (one f32 row per key), through the score kernel of the fp rows.
-void key_add_scores_avx2(const float* q, int G, int d, const float* rows, int64_t stride, int64_t n, float* out) {
-  const uint8_t* r[kSub];
-  alignas(32) float sc[kMaxDecodeGroup * kSub];
-  for (int64_t t0 = 0; t0 < n; t0 += kSub) {
-    const int m = int(std::min<int64_t>(kSub, n - t0));
-    for (int t = 0; t < m; ++t) r[t] = reinterpret_cast<const uint8_t*>(rows + (t0 + t) * stride);
-    fp_scores<true>(r, m, d, q, G, sc);
-    for (int g = 0; g < G; ++g) std::copy(sc + g * kSub, sc + g * kSub + m, out + g * n + t0);
-  }
-}
-
 void decode_chunk_avx2(const DecodeChunk& c, SoftmaxPartial* part, float* part_o) {
   const int d = c.kv.head_dim, G = c.group;
   const int64_t n = c.end - c.begin;

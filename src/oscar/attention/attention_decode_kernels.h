@@ -38,11 +38,6 @@ void decode_chunk_history_generic(const DecodeChunk& c, SoftmaxPartial* part, fl
 // Scalar reference of the history chunk: rows dequantized by history_load, sums in double.
 void decode_chunk_history_ref(const DecodeChunk& c, SoftmaxPartial* part, float* part_o);
 
-// out[g·n + t] = q_g · a_t for the G heads of a group and n rows a_t = rows + t·stride
-// (the key_add rows of a chunk); AVX2 sums in f32 lanes, the scalar one in order.
-void key_add_scores_avx2(const float* q, int G, int d, const float* rows, int64_t stride, int64_t n, float* out);
-void key_add_scores_scalar(const float* q, int G, int d, const float* rows, int64_t stride, int64_t n, float* out);
-
 // s[i] = exp(s[i] − m) for i < n (every s[i] <= m), returns Σ s[i] (AVX2 exp, ≤ 2 ulp).
 float softmax_exp_avx2(float* s, int64_t n, float m);
 

@@ -48,15 +48,4 @@ void decode_chunk_scalar(const DecodeChunk& c, SoftmaxPartial* part, float* part
   }
 }
 
-void key_add_scores_scalar(const float* q, int G, int d, const float* rows, int64_t stride, int64_t n, float* out) {
-  for (int64_t t = 0; t < n; ++t) {
-    const float* a = rows + t * stride;
-    for (int g = 0; g < G; ++g) {
-      float dot = 0.0f;
-      for (int i = 0; i < d; ++i) dot += q[g * d + i] * a[i];
-      out[g * n + t] = dot;
-    }
-  }
-}
-
 }  // namespace oscar

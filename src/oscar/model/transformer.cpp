@@ -246,32 +246,31 @@ void Transformer::attention_block(KvCache& cache, int layer) {
     rotation_.rotate_k(layer, k_.data(), n * c.n_kv_heads);
     rotation_.rotate_v(layer, v_.data(), n * c.n_kv_heads);
   }
-  const bool split_bias = kv_spec_.k_bias_split && !l.bk.empty();
-  const float* key_add = nullptr;
-  if (split_bias) {
-    // The cache keeps k − RoPE(b_k, p) (in the rotated basis: both sides times R_K); the
-    // bias part is input-independent, so attention adds it back exactly. The table grows
-    // to the furthest position of the pass first: growing may move it.
-    int64_t end = 0;
-    for (const RowSpan& sp : spans_) end = std::max(end, sp.pos0 + sp.n);
-    key_add = key_bias_rows(layer, end);
-    for (const RowSpan& sp : spans_) {
-      const float* b = key_add + sp.pos0 * kvd;
-      float* k = k_.data() + sp.row0 * kvd;
-      for (int64_t i = 0; i < sp.n * kvd; ++i) k[i] -= b[i];
-    }
-  }
-  if (const std::vector<float>& m = key_shift_[size_t(layer)]; !m.empty())
-    for (int64_t t = 0; t < n; ++t)  // one shift for every key: softmax cancels it (--k-mean)
-      for (int64_t i = 0; i < kvd; ++i) k_[size_t(t * kvd + i)] -= m[size_t(i)];
+  // The cache keeps k − a_t, a_t = RoPE(b_k, t) in its basis (--k-bias-split); the bias part
+  // is input-independent, so attention adds it back exactly (key_bias.h).
+  const KeyBias* key_bias = kv_spec_.k_bias_split && !l.bk.empty() ? &layer_key_bias(layer) : nullptr;
+  const std::vector<float>& shift = key_shift_[size_t(layer)];
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim};
   for (const RowSpan& sp : spans_) {
-    cache.write(layer, sp.seq, sp.pos0, sp.n, k_.data() + sp.row0 * kvd, v_.data() + sp.row0 * kvd);
+    float* k = k_.data() + sp.row0 * kvd;
+    const float* key_add = nullptr;  // prefill: a_t for every key it reads
+    if (key_bias) {
+      const int64_t first = sp.n == 1 ? sp.pos0 : 0;
+      key_add_.resize(size_t((sp.pos0 + sp.n - first) * kvd));
+      key_bias->rows(first, sp.pos0 + sp.n - first, key_add_.data());
+      const float* b = key_add_.data() + (sp.pos0 - first) * kvd;
+      for (int64_t i = 0; i < sp.n * kvd; ++i) k[i] -= b[i];
+      key_add = key_add_.data();
+    }
+    if (!shift.empty())
+      for (int64_t t = 0; t < sp.n; ++t)  // one shift for every key: softmax cancels it (--k-mean)
+        for (int64_t i = 0; i < kvd; ++i) k[t * kvd + i] -= shift[size_t(i)];
+    cache.write(layer, sp.seq, sp.pos0, sp.n, k, v_.data() + sp.row0 * kvd);
     cache.demote(layer, sp.seq, sp.pos0 + sp.n);
     const float* q = q_.data() + sp.row0 * qd;
     float* out = att_.data() + sp.row0 * qd;
     if (sp.n == 1) {
-      attention_decode(shape, cache.view(layer, sp.seq, sp.pos0 + 1), q, out, key_add);
+      attention_decode(shape, cache.view(layer, sp.seq, sp.pos0 + 1), q, out, key_bias);
     } else {
       attention_prefill(shape, cache, layer, sp.seq, q, sp.n, sp.pos0, out, key_add);
     }
@@ -281,20 +280,21 @@ void Transformer::attention_block(KvCache& cache, int layer) {
   add_inplace(x_.data(), proj_.data(), n * E);
 }
 
-const float* Transformer::key_bias_rows(int layer, int64_t n_positions) {
+const KeyBias& Transformer::layer_key_bias(int layer) {
   const ModelConfig& c = config();
-  const int64_t kvd = int64_t(c.n_kv_heads) * c.head_dim;
   if (key_bias_.empty()) key_bias_.resize(size_t(c.n_layers));
-  std::vector<float>& rows = key_bias_[size_t(layer)];
-  const std::vector<float>& bk = w_.layers[size_t(layer)].bk;
-  const int64_t have = int64_t(rows.size()) / kvd;
-  if (have >= n_positions) return rows.data();
-  append_rope_rows(rope_, bk.data(), c.n_kv_heads, c.head_dim, have, n_positions, rows);
-  // Under --k-scale the query is q ⊙ s, so the row it meets is RoPE(b_k, p) ⊘ s.
-  if (const std::vector<float>& s = key_scale_[size_t(layer)]; !s.empty())
-    unscale_key_rows(s.data(), c.n_kv_heads, c.head_dim, rows.data() + have * kvd, n_positions - have);
-  if (rotation_.active()) rotation_.rotate_k(layer, rows.data() + have * kvd, (n_positions - have) * c.n_kv_heads);
-  return rows.data();
+  std::unique_ptr<KeyBias>& kb = key_bias_[size_t(layer)];
+  if (!kb) {
+    // Into the cache's basis as the keys go: under --k-scale the query is q ⊙ s, so the key
+    // part it meets is a_t ⊘ s; then R_K.
+    kb = std::make_unique<KeyBias>(rope_, c.n_kv_heads, c.head_dim, w_.layers[size_t(layer)].bk.data(),
+                                   [&](float* rows, int64_t n) {
+                                     if (const std::vector<float>& s = key_scale_[size_t(layer)]; !s.empty())
+                                       unscale_key_rows(s.data(), c.n_kv_heads, c.head_dim, rows, n);
+                                     if (rotation_.active()) rotation_.rotate_k(layer, rows, n * c.n_kv_heads);
+                                   });
+  }
+  return *kb;
 }
 
 void Transformer::mlp_block(int layer) {

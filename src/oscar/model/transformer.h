@@ -3,11 +3,13 @@
 // their K/V to the cache and returns logits.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include <optional>
 
+#include "oscar/attention/key_bias.h"
 #include "oscar/kv/kv_cache.h"
 #include "oscar/kv/rotation_set.h"
 #include "oscar/model/kv_rotation.h"
@@ -93,8 +95,9 @@ class Transformer {
   // y[rows, n] = x · wᵀ (+ bias) over this pass's rows: decode rows by linear_decode (each
   // row as it would be alone), the rest (prefill chunks) by linear.
   void linear(const float* x, const WeightMatrix& w, const float* bias, float* y) const;
-  // Grows layer's RoPE(b_k, p)·R_K table to n_positions rows (--k-bias-split).
-  const float* key_bias_rows(int layer, int64_t n_positions);
+  // The layer's split-off key part RoPE(b_k, t) in the cache's basis (--k-bias-split), built
+  // on first use (after the rotations and key scales are set).
+  const KeyBias& layer_key_bias(int layer);
 
   ModelWeights w_;
   RopeFreqs rope_;
@@ -102,9 +105,8 @@ class Transformer {
   KvRotator rotation_;
   std::vector<HistoryFormat> k_formats_, v_formats_;
   ForwardObserver* observer_ = nullptr;
-  // Per layer [positions, n_kv_heads, head_dim]: the K bias after RoPE at each position,
-  // in the cache's basis; filled only for layers that split the bias off.
-  std::vector<std::vector<float>> key_bias_;
+  std::vector<std::unique_ptr<KeyBias>> key_bias_;  // per layer; only layers that split the bias off
+  std::vector<float> key_add_;  // this span's a_t rows: [positions, n_kv_heads, head_dim]
   std::vector<std::vector<float>> key_shift_;  // per layer, see key_shift()
   std::vector<std::vector<float>> key_scale_;  // per layer, see key_scale()
   std::vector<RowSpan> spans_;  // this pass: decode spans (n = 1) first, then the others
