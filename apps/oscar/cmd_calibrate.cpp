@@ -143,7 +143,9 @@ int calibrate(const CalibrateOptions& o) {
   // The searches probe tokens the fit did not see; with several sources, a share of each.
   const int64_t probe_tokens =
       tune.any() ? (c.n_ctx_train > 0 ? std::min<int64_t>(tune.probe_tokens, c.n_ctx_train) : tune.probe_tokens) : 0;
-  const CalibMix mix = mix_calib_sources(sources, toks, o.tokens, o.prompts, probe_tokens);
+  // Pieces sized so that the scored queries hold one piece of every source.
+  const int64_t probe_piece = std::max<int64_t>(16, tune.probe_queries / int64_t(sources.size()));
+  const CalibMix mix = mix_calib_sources(sources, toks, o.tokens, o.prompts, probe_tokens, probe_piece);
   const std::vector<int32_t>& ids = mix.ids;
   const int64_t per_prompt = mix.per_prompt;
   nlohmann::json source_log = nlohmann::json::array();

@@ -103,7 +103,7 @@ TEST(CalibSources, MixSharesPromptsByWeight) {
   const std::vector<CalibSource> src = {{"a", 1.0, "a"}, {"b", 2.0, "b"}, {"c", 0.5, "c"}, {"d", 1.0, "d"}};
   const std::vector<SourceTokens> toks = {numbered(0, 5000), numbered(1, 9000), numbered(2, 3001), numbered(3, 4600)};
   for (auto [tokens, prompts] : {std::pair<int64_t, int64_t>{20000, 40}, {4000, 8}, {977, 13}, {400, 4}}) {
-    const CalibMix mix = mix_calib_sources(src, toks, tokens, prompts, 2048);
+    const CalibMix mix = mix_calib_sources(src, toks, tokens, prompts, 2048, 64);
     const int64_t len = tokens / prompts;
     ASSERT_EQ(mix.per_prompt, len);
     ASSERT_EQ(mix.prompts, prompts);
@@ -129,30 +129,52 @@ TEST(CalibSources, MixSharesPromptsByWeight) {
     // The probe tokens follow the fitted ones and were not fitted on.
     std::set<int32_t> fitted(mix.ids.begin(), mix.ids.begin() + prompts * len);
     for (size_t k = size_t(prompts * len); k < mix.ids.size(); ++k) EXPECT_EQ(fitted.count(mix.ids[k]), 0u);
+    // Each source's probe tokens appear in stream order, as one run from its first probe token.
+    std::vector<int32_t> next(src.size(), -1);
+    for (size_t k = size_t(prompts * len); k < mix.ids.size(); ++k) {
+      const int32_t id = mix.ids[k], i = id / 1000000;
+      if (next[size_t(i)] >= 0) {
+        ASSERT_EQ(id, next[size_t(i)]) << "source " << i << " at " << k;
+      }
+      next[size_t(i)] = id + 1;
+    }
+    // The stream ends with one piece (64 tokens) of each source, in source order: the
+    // queries the searches score come from every domain.
+    bool all_probe = true;
+    for (const CalibSourceUse& u : mix.use) all_probe = all_probe && u.probe_tokens >= 64;
+    if (all_probe) {
+      for (size_t i = 0; i < src.size(); ++i)
+        for (int64_t t = 0; t < 64; ++t) {
+          const size_t k = mix.ids.size() - (src.size() - i) * 64 + size_t(t);
+          ASSERT_EQ(mix.ids[k] / 1000000, int32_t(i)) << tokens << "/" << prompts << ": piece " << i << " token " << t;
+        }
+    }
   }
 }
 
 TEST(CalibSources, MixIsDeterministicAndSpreadsThroughTheFile) {
   const std::vector<CalibSource> src = {{"a", 1.0, ""}, {"b", 1.0, ""}};
   const std::vector<SourceTokens> toks = {numbered(0, 10000), numbered(1, 8000)};
-  const CalibMix a = mix_calib_sources(src, toks, 4000, 8, 1024), b = mix_calib_sources(src, toks, 4000, 8, 1024);
+  const CalibMix a = mix_calib_sources(src, toks, 4000, 8, 1024, 256), b = mix_calib_sources(src, toks, 4000, 8, 1024, 256);
   EXPECT_EQ(a.ids, b.ids);
   EXPECT_EQ(a.use[0].starts, (std::vector<int64_t>{0, 2500, 5000, 7500}));
   EXPECT_EQ(a.use[1].starts, (std::vector<int64_t>{0, 2000, 4000, 6000}));
   EXPECT_EQ(a.use[0].probe_tokens, 512);
   EXPECT_EQ(a.ids[4000], 500);  // source 0's probe starts right after its first window
+  EXPECT_EQ(a.ids[4256], 1000500);  // then source 1's first piece (pieces of 256, dealt in turn)
+  EXPECT_EQ(a.ids[4512], 756);      // then source 0's second
 }
 
 TEST(CalibSources, OneSourceKeepsTheHistoricalCut) {
   const std::vector<CalibSource> src = {{"only.txt", 3.0, ""}};
   const std::vector<SourceTokens> toks = {numbered(0, 1234)};
-  CalibMix mix = mix_calib_sources(src, toks, 20000, 40, 2048);  // shorter than the budget: prompts shrink
+  CalibMix mix = mix_calib_sources(src, toks, 20000, 40, 2048, 64);  // shorter than the budget: prompts shrink
   EXPECT_EQ(mix.per_prompt, 1234 / 40);
   EXPECT_EQ(mix.ids, toks[0].ids);  // the whole stream: the searches probe what follows the fitted tokens
-  mix = mix_calib_sources(src, toks, 1000, 8, 0);
+  mix = mix_calib_sources(src, toks, 1000, 8, 0, 64);
   EXPECT_EQ(mix.per_prompt, 125);
   EXPECT_EQ(mix.use[0].starts[3], 375);
-  EXPECT_NE(error_of([&] { mix_calib_sources(src, std::vector<SourceTokens>{numbered(0, 70)}, 1000, 40, 0); })
+  EXPECT_NE(error_of([&] { mix_calib_sources(src, std::vector<SourceTokens>{numbered(0, 70)}, 1000, 40, 0, 64); })
                 .find("has only 70 tokens for 40 prompts"),
             std::string::npos);
 }
@@ -160,10 +182,10 @@ TEST(CalibSources, OneSourceKeepsTheHistoricalCut) {
 TEST(CalibSources, MixRefusesShortSourcesAndTooFewPrompts) {
   const std::vector<CalibSource> src = {{"big", 1.0, ""}, {"small.txt", 1.0, ""}};
   const std::vector<SourceTokens> toks = {numbered(0, 100000), numbered(1, 900)};
-  EXPECT_NE(error_of([&] { mix_calib_sources(src, toks, 20000, 40, 0); })
+  EXPECT_NE(error_of([&] { mix_calib_sources(src, toks, 20000, 40, 0, 64); })
                 .find("calibration source 'small.txt' has 900 tokens, fewer than its share of 20 prompts of 500"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { mix_calib_sources(src, toks, 200, 1, 0); }).find("--prompts 1 is fewer than the 2"),
+  EXPECT_NE(error_of([&] { mix_calib_sources(src, toks, 200, 1, 0, 64); }).find("--prompts 1 is fewer than the 2"),
             std::string::npos);
 }
 

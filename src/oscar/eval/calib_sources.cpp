@@ -193,7 +193,7 @@ std::vector<int64_t> window_starts(int64_t total, int64_t n, int64_t len, std::s
 }
 
 CalibMix mix_calib_sources(std::span<const CalibSource> sources, std::span<const SourceTokens> toks, int64_t tokens,
-                           int64_t prompts, int64_t probe_tokens) {
+                           int64_t prompts, int64_t probe_tokens, int64_t probe_piece) {
   OSCAR_CHECK(sources.size() == toks.size() && !sources.empty(), "mix_calib_sources: one token stream per source");
   if (prompts < 1 || tokens < prompts) fail("--tokens {} must be at least --prompts {}", tokens, prompts);
   CalibMix mix;
@@ -241,8 +241,29 @@ CalibMix mix_calib_sources(std::span<const CalibSource> sources, std::span<const
     u.probe_tokens = std::clamp<int64_t>(limit - from, 0, n_probe[i]);
     probes.emplace_back(from, from + u.probe_tokens);
   }
-  for (size_t i = 0; i < sources.size(); ++i)
-    mix.ids.insert(mix.ids.end(), toks[i].ids.begin() + probes[i].first, toks[i].ids.begin() + probes[i].second);
+  // The probe: each source's tokens cut into pieces of probe_piece (its first piece takes the
+  // remainder), dealt round-robin from the end, so that the last pieces (where the searches
+  // score their queries) are one of each source, in source order.
+  OSCAR_CHECK(probe_piece > 0, "probe_piece = {}", probe_piece);
+  std::vector<std::pair<int64_t, int64_t>> dealt;  // [from, to) in source i's stream, last piece first
+  std::vector<size_t> owner;
+  std::vector<int64_t> left;  // per source: end of its not yet dealt probe tokens
+  for (const auto& pr : probes) left.push_back(pr.second);
+  for (bool any = true; any;) {
+    any = false;
+    for (size_t i = sources.size(); i-- > 0;) {
+      if (left[i] <= probes[i].first) continue;
+      const int64_t from = std::max(probes[i].first, left[i] - probe_piece);
+      dealt.emplace_back(from, left[i]);
+      owner.push_back(i);
+      left[i] = from;
+      any = true;
+    }
+  }
+  for (size_t k = dealt.size(); k-- > 0;) {
+    const std::vector<int32_t>& ids = toks[owner[k]].ids;
+    mix.ids.insert(mix.ids.end(), ids.begin() + dealt[k].first, ids.begin() + dealt[k].second);
+  }
   return mix;
 }
 

@@ -69,7 +69,7 @@ struct CalibSourceUse {
 };
 
 struct CalibMix {
-  std::vector<int32_t> ids;  // [prompts · per_prompt] fitted tokens (prompt p at p · per_prompt), then probe tokens
+  std::vector<int32_t> ids;  // [prompts · per_prompt] fitted tokens (prompt p at p · per_prompt), then the probe
   int64_t per_prompt = 0;
   int64_t prompts = 0;
   std::vector<CalibSourceUse> use;  // per source
@@ -78,11 +78,14 @@ struct CalibMix {
 // Cuts `tokens` into `prompts` prompts of tokens / prompts each and shares them among the
 // sources by weight (apportion, at least one prompt each); each source gives its prompts as
 // evenly spaced windows (window_starts) and, after its first window, its share of
-// probe_tokens. One source keeps the historical cut: the first min(tokens, its size) tokens
-// in prompts of equal length from its start, ids = the whole stream (the searches probe the
-// tokens that follow). Throws oscar::Error naming the source that is too short.
+// probe_tokens. The probe shares follow the prompts, cut into pieces of probe_piece tokens
+// and interleaved so that the stream ends with one piece of each source: the searches score
+// their last queries, which then come from every domain, not only the last source's. One
+// source keeps the historical cut: the first min(tokens, its size) tokens in prompts of equal
+// length from its start, ids = the whole stream (the searches probe the tokens that follow).
+// Throws oscar::Error naming the source that is too short.
 CalibMix mix_calib_sources(std::span<const CalibSource> sources, std::span<const SourceTokens> toks, int64_t tokens,
-                           int64_t prompts, int64_t probe_tokens);
+                           int64_t prompts, int64_t probe_tokens, int64_t probe_piece);
 
 // Lower-case hex SHA-256 of a file's bytes; throws oscar::Error when it cannot be read.
 std::string file_sha256(const std::string& path);
