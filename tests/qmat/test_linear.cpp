@@ -32,7 +32,10 @@ const GgmlType all_types[] = {GgmlType::f32,  GgmlType::f16,  GgmlType::bf16, Gg
                               GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1, GgmlType::q8_0,
                               GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
 
-bool is_block(GgmlType t) { return qdot_ref_kernel(t) != nullptr; }
+bool is_block(GgmlType t) { return qdot_act_format(t) != ActFormat::none; }
+
+// Elements per activation scale: 32 for the legacy quants, 256 for the K-quants.
+int64_t act_scale_block(GgmlType t) { return qdot_act_format(t) == ActFormat::q8_k ? act_k_block : act_block; }
 
 void put_half(uint8_t* p, float v) {
   const uint16_t bits = f32_to_fp16(v).bits;
@@ -41,7 +44,8 @@ void put_half(uint8_t* p, float v) {
 
 // A random matrix in format t with its f32 values, and for the block formats a bound on
 // the magnitude of each 32-element sub-block's minimum term (what a kernel subtracts
-// after multiplying the unsigned quants: Q4_1/Q5_1's m, Q4_K/Q5_K's dmin·(6-bit min) ≤ 63·dmin).
+// after multiplying the unsigned quants: Q4_1/Q5_1's m, Q4_K/Q5_K's dmin·(6-bit min) ≤ 63·dmin,
+// Q6_K's 32·d·|sc| for the larger of the sub-block's two scales).
 struct Matrix {
   GgmlType type;
   int64_t rows, cols;
@@ -96,10 +100,22 @@ Matrix random_matrix(GgmlType t, int64_t rows, int64_t cols, uint64_t seed) {
           mmag = 63.0 * double(fp16_to_f32(f32_to_fp16(dmin)));
           break;
         }
-        case GgmlType::q6_k: put_half(p + 208, k_scale(rng)); break;
+        case GgmlType::q6_k: {
+          const float d = k_scale(rng);
+          put_half(p + 208, d);
+          mmag = 32.0 * double(fp16_to_f32(f32_to_fp16(d)));  // times |sc| below
+          break;
+        }
         default: put_half(p, legacy_scale(rng));
       }
-      for (int64_t s = 0; s < subs; ++s) mx.min_mag[size_t(b * subs + s)] = mmag;
+      for (int64_t s = 0; s < subs; ++s) {
+        double sub_mag = mmag;
+        if (t == GgmlType::q6_k) {
+          const auto* sc = reinterpret_cast<const int8_t*>(p + 192 + 2 * s);
+          sub_mag *= std::max(std::abs(int(sc[0])), std::abs(int(sc[1])));
+        }
+        mx.min_mag[size_t(b * subs + s)] = sub_mag;
+      }
     }
   }
   mx.values.resize(size_t(rows * cols));
@@ -127,22 +143,23 @@ std::vector<float> random_acts(int64_t m, int64_t k, uint64_t seed) {
 //    chains, sgemm's blocking) errs by ≤ γ_k·S with S = Σ|w·x|, then one rounding for the
 //    bias and one for linear_ref's own float(): (k + 3)·u·(S + |b|).
 //  - block formats add the 8-bit activations, |x − d·q| ≤ d·(1/2 + 400u) with
-//    d = max|x_block|/127 (see test_qdot_legacy.cpp), i.e. Σ_blocks d·(1/2 + 400u)·Σ|w|,
-//    and the kernel's f32 formula, 2·(k/32 + 5)·u·Σ(|w| + min)·|x̂| (test_qdot_legacy's
-//    f32_tol; the K-quant kernels were measured at ≤ 0.7ε of Σ|w·x̂|).
+//    d = max|x_block|/127 over the format's activation block (32, or 256 for the K-quants;
+//    see test_qdot_legacy.cpp), i.e. Σ_blocks d·(1/2 + 400u)·Σ|w|, and the kernel's f32
+//    formula, 2·(k/32 + 5)·u·Σ(|w| + min)·|x̂| (test_qdot_legacy's f32_tol; it covers the
+//    K-quants' (2·k/256 + 6)·u·Σ(|w| + 2·min)·|x̂| of test_qdot_kquant.cpp for k ≥ 64).
 std::vector<double> bounds(const Matrix& mx, const std::vector<float>& x, const float* bias, int64_t m) {
-  const int64_t n = mx.rows, k = mx.cols, kb = (k + 31) / 32;
+  const int64_t n = mx.rows, k = mx.cols, ab = act_scale_block(mx.type), kb = (k + ab - 1) / ab;
   std::vector<double> tol(size_t(m * n));
   for (int64_t i = 0; i < m; ++i) {
     const float* xi = x.data() + i * k;
     std::vector<double> d(size_t(kb), 0.0);
-    for (int64_t p = 0; p < k; ++p) d[size_t(p / 32)] = std::max(d[size_t(p / 32)], std::abs(double(xi[p])) / 127.0);
+    for (int64_t p = 0; p < k; ++p) d[size_t(p / ab)] = std::max(d[size_t(p / ab)], std::abs(double(xi[p])) / 127.0);
     for (int64_t r = 0; r < n; ++r) {
       const float* wr = mx.values.data() + r * k;
       double s = 0.0, act = 0.0, mag = 0.0;
       for (int64_t p = 0; p < k; ++p) {
         const double aw = std::abs(double(wr[p])), ax = std::abs(double(xi[p]));
-        const double dq = d[size_t(p / 32)];
+        const double dq = d[size_t(p / ab)];
         s += aw * ax;
         act += dq * (0.5 + 400 * u32) * aw;
         mag += (aw + mx.min_mag[size_t(r * (k / 32) + p / 32)]) * (ax + dq);
@@ -175,25 +192,38 @@ std::vector<double> bounds(const Matrix& mx, const std::vector<float>& x, const 
 }
 
 // The decode path's contract spelled out with its kernels: each x row quantized once (for
-// the block formats), then one kernel call per (weight row, x row), then + bias.
+// the block formats, in the format's ActFormat), then one kernel call per (weight row,
+// x row), then + bias.
+template <class Act>
+std::vector<float> decode_by_qdot(const Matrix& mx, const std::vector<float>& x, const float* bias, int64_t m,
+                                  void (*quantize)(const float*, Act*, int64_t), QDotOf<Act> dot) {
+  const int64_t n = mx.rows, k = mx.cols;
+  std::vector<float> y(size_t(m * n));
+  std::vector<Act> xq(size_t(k / act_block_elements<Act>));
+  for (int64_t i = 0; i < m; ++i) {
+    quantize(x.data() + i * k, xq.data(), k);
+    for (int64_t r = 0; r < n; ++r) y[size_t(i * n + r)] = dot(mx.w.row(r), xq.data(), k) + (bias ? bias[r] : 0.0f);
+  }
+  return y;
+}
+
 std::vector<float> decode_by_kernels(const Matrix& mx, const std::vector<float>& x, const float* bias, int64_t m) {
   const int64_t n = mx.rows, k = mx.cols;
   const bool avx2 = use_avx2();
-  std::vector<float> y(size_t(m * n));
-  std::vector<ActQ8Block> xq(size_t(k / act_block));
-  for (int64_t i = 0; i < m; ++i) {
-    const float* xi = x.data() + i * k;
-    if (is_block(mx.type)) (avx2 ? quantize_act_avx2 : quantize_act_ref)(xi, xq.data(), k);
-    for (int64_t r = 0; r < n; ++r) {
-      float v;
-      if (is_block(mx.type)) {
-        v = (avx2 ? qdot_avx2_kernel(mx.type) : qdot_ref_kernel(mx.type))(mx.w.row(r), xq.data(), k);
-      } else {
-        v = (avx2 ? fdot_avx2_kernel(mx.type) : fdot_ref_kernel(mx.type))(mx.w.row(r), xi, k);
-      }
-      y[size_t(i * n + r)] = v + (bias ? bias[r] : 0.0f);
-    }
+  switch (qdot_act_format(mx.type)) {
+    case ActFormat::q8:
+      return decode_by_qdot(mx, x, bias, m, avx2 ? quantize_act_avx2 : quantize_act_ref,
+                            avx2 ? qdot_avx2_kernel(mx.type) : qdot_ref_kernel(mx.type));
+    case ActFormat::q8_k:
+      return decode_by_qdot(mx, x, bias, m, avx2 ? quantize_act_k_avx2 : quantize_act_k_ref,
+                            avx2 ? qdot_k_avx2_kernel(mx.type) : qdot_k_ref_kernel(mx.type));
+    case ActFormat::none: break;
   }
+  std::vector<float> y(size_t(m * n));
+  const FDotFn dot = avx2 ? fdot_avx2_kernel(mx.type) : fdot_ref_kernel(mx.type);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t r = 0; r < n; ++r)
+      y[size_t(i * n + r)] = dot(mx.w.row(r), x.data() + i * k, k) + (bias ? bias[r] : 0.0f);
   return y;
 }
 

@@ -47,6 +47,9 @@ constexpr int64_t panel_floats = int64_t(4) << 20;
 // the fastest kernel on its longest rows. With 2 threads (best of interleaved wall-clock
 // trials) the picture is the same: m = 48 gives 0.44-1.01; at m = 512, (a) 70-105 GFLOP/s
 // in quiet phases (F16 at k = 8960: 30) against (b) 140-157.
+// The Q4_K / Q6_K rows predate the K-quants' ActQ8KBlock kernels, which made (a) 1.4-1.6×
+// faster for them at m = 64 (bench/qmat/bench_linear_rows.cpp): their crossover has moved
+// up and was not measured again (this box's OpenBLAS does not pass blas_sgemm_is_fast).
 constexpr int64_t panel_min_m = 48;
 
 void fill_bias(const float* bias, float* y, int64_t m, int64_t n) {
@@ -71,22 +74,41 @@ int64_t weight_tile(const WeightMatrix& w) {
   return std::clamp<int64_t>(int64_t(budget / std::max<uint64_t>(w.row_bytes(), 1)), 1, row_grain);
 }
 
-// Quantized activation rows for the block formats: reused per calling thread, so a decode
-// step allocates nothing after the first.
+// The kernels of a block format on its activation format Act (ActQ8Block or ActQ8KBlock).
+template <class Act>
+struct QKernels {
+  void (*quantize)(const float* x, Act* out, int64_t k);
+  QDotOf<Act> dot;
+  QDot4Of<Act> dot4;  // nullptr: one row at a time
+};
+
+QKernels<ActQ8Block> q8_kernels(GgmlType t, bool avx2) {
+  if (avx2) return {quantize_act_avx2, qdot_avx2_kernel(t), qdot4_avx2_kernel(t)};
+  return {quantize_act_ref, qdot_ref_kernel(t), nullptr};
+}
+
+QKernels<ActQ8KBlock> q8_k_kernels(GgmlType t, bool avx2) {
+  if (avx2) return {quantize_act_k_avx2, qdot_k_avx2_kernel(t), qdot4_k_avx2_kernel(t)};
+  return {quantize_act_k_ref, qdot_k_ref_kernel(t), nullptr};
+}
+
+// Quantized activation rows for the block formats, one buffer per activation format:
+// reused per calling thread, so a decode step allocates nothing after the first.
 thread_local std::vector<ActQ8Block> act_scratch;
+thread_local std::vector<ActQ8KBlock> act_k_scratch;
 // The f32 panel of (b), likewise kept (it grows to at most panel_floats).
 thread_local std::vector<float> panel_scratch;
 
-void rows_qdot(const WeightMatrix& w, const float* x, const float* bias, float* y, int64_t m) {
-  const int64_t n = w.rows(), k = w.cols(), kb = k / act_block;
-  const bool avx2 = use_avx2();
-  const QDotFn dot = avx2 ? qdot_avx2_kernel(w.type()) : qdot_ref_kernel(w.type());
-  const auto quantize = avx2 ? quantize_act_avx2 : quantize_act_ref;
-  if (act_scratch.size() < size_t(m * kb)) act_scratch.resize(size_t(m * kb));
-  ActQ8Block* xq = act_scratch.data();
+template <class Act>
+void rows_qdot(const WeightMatrix& w, const QKernels<Act>& kern, std::vector<Act>& scratch, const float* x,
+               const float* bias, float* y, int64_t m) {
+  const int64_t n = w.rows(), k = w.cols();
+  const int64_t kb = k / act_block_elements<Act>;  // activation blocks per row
+  if (scratch.size() < size_t(m * kb)) scratch.resize(size_t(m * kb));
+  Act* xq = scratch.data();
   // Each row quantized once; threaded only when there is enough of it to pay for a wake-up.
   const auto quantize_rows = [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) quantize(x + i * k, xq + i * kb, k);
+    for (int64_t i = i0; i < i1; ++i) kern.quantize(x + i * k, xq + i * kb, k);
   };
   if (m * k >= (int64_t(1) << 16)) {
     default_pool().parallel_for(m, 4, quantize_rows);
@@ -95,26 +117,35 @@ void rows_qdot(const WeightMatrix& w, const float* x, const float* bias, float* 
   }
   // Four x rows per unpacking of a weight block where the format has that kernel: the same
   // sums as dot() row by row, so a row's result does not depend on m or on its neighbours.
-  const QDot4Fn dot4 = avx2 ? qdot4_avx2_kernel(w.type()) : nullptr;
   const int64_t tile = weight_tile(w);
   default_pool().parallel_for(n, row_grain, [&](int64_t n0, int64_t n1) {
     for (int64_t t0 = n0; t0 < n1; t0 += tile) {
       const int64_t t1 = std::min(n1, t0 + tile);
       int64_t i = 0;
-      if (dot4)
+      if (kern.dot4)
         for (; i + 4 <= m; i += 4)
           for (int64_t r = t0; r < t1; ++r) {
             float out[4];
-            dot4(w.row(r), xq + i * kb, kb, k, out);
+            kern.dot4(w.row(r), xq + i * kb, kb, k, out);
             const float b = bias ? bias[r] : 0.0f;
             for (int j = 0; j < 4; ++j) y[(i + j) * n + r] = out[j] + b;
           }
       for (; i < m; ++i) {
-        const ActQ8Block* xi = xq + i * kb;
-        for (int64_t r = t0; r < t1; ++r) y[i * n + r] = dot(w.row(r), xi, k) + (bias ? bias[r] : 0.0f);
+        const Act* xi = xq + i * kb;
+        for (int64_t r = t0; r < t1; ++r) y[i * n + r] = kern.dot(w.row(r), xi, k) + (bias ? bias[r] : 0.0f);
       }
     }
   });
+}
+
+void rows_qdot(const WeightMatrix& w, const float* x, const float* bias, float* y, int64_t m) {
+  const bool avx2 = use_avx2();
+  switch (qdot_act_format(w.type())) {
+    case ActFormat::q8: return rows_qdot(w, q8_kernels(w.type(), avx2), act_scratch, x, bias, y, m);
+    case ActFormat::q8_k: return rows_qdot(w, q8_k_kernels(w.type(), avx2), act_k_scratch, x, bias, y, m);
+    case ActFormat::none: break;
+  }
+  fail("linear: no row kernels for {}", ggml_type_name(w.type()));
 }
 
 void rows_fdot(const WeightMatrix& w, const float* x, const float* bias, float* y, int64_t m) {

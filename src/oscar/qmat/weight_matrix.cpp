@@ -16,7 +16,7 @@ namespace oscar::qmat {
 namespace {
 
 bool supported(GgmlType t) {
-  return t == GgmlType::f32 || t == GgmlType::f16 || t == GgmlType::bf16 || qdot_ref_kernel(t) != nullptr;
+  return t == GgmlType::f32 || t == GgmlType::f16 || t == GgmlType::bf16 || qdot_act_format(t) != ActFormat::none;
 }
 
 }  // namespace

@@ -57,7 +57,8 @@ class WeightMatrix {
 // the output rows on default_pool(); nothing nests with BLAS.
 //   - F32: matmul() of ops/matmul.h, unchanged (matvec for m = 1, sgemm above).
 //   - F16 / BF16: rows converted in registers, f32 products.
-//   - block formats: each x row quantized to ActQ8Block once, then the qdot kernel per
+//   - block formats: each x row quantized once to its ActFormat (8-bit blocks of 32 for the
+//     legacy quants, super-blocks of 256 for the K-quants), then the qdot kernel per
 //     (weight row, x row), each weight row read once for all m rows. Every output row
 //     depends only on its x row (the panel-into-sgemm design of linear_paths.h is kept
 //     for measurement, not used: its sums depend on the shape).
