@@ -40,19 +40,13 @@ KeyBias::KeyBias(const RopeFreqs& rope, int n_kv_heads, int head_dim, const floa
     for (int64_t e = 0; e < kvd; ++e) m_t_[size_t(e * d + r)] = basis[size_t(r * kvd + e)];
   m_ = std::move(basis);
   table_.resize(size_t(d) * kBlock + 16);  // + 16: a 16-key step may start up to 1 column before the end
-  for (int i = 0; i < half; ++i)
-    for (int j = 0; j < kBlock; ++j) {
-      const double angle = double(j) * rope_.position_scale * rope_.inv_freq[size_t(i)];
-      table_[size_t(i * kBlock + j)] = float(std::cos(angle));
-      table_[size_t((half + i) * kBlock + j)] = float(std::sin(angle));
-    }
+  std::vector<float> cs(static_cast<size_t>(d));
+  for (int j = 0; j < kBlock; ++j) {
+    rope_cos_sin(rope_, j, half, cs.data());
+    for (int r = 0; r < d; ++r) table_[size_t(r * kBlock + j)] = cs[size_t(r)];
+  }
   coarse_.resize(size_t(kBlock) * d);
-  for (int a = 0; a < kBlock; ++a)
-    for (int i = 0; i < half; ++i) {
-      const double angle = double(a * kBlock) * rope_.position_scale * rope_.inv_freq[size_t(i)];
-      coarse_[size_t(a * d + i)] = float(std::cos(angle));
-      coarse_[size_t(a * d + half + i)] = float(std::sin(angle));
-    }
+  for (int a = 0; a < kBlock; ++a) rope_cos_sin(rope_, int64_t(a) * kBlock, half, coarse_.data() + a * d);
 }
 
 namespace {
@@ -73,12 +67,7 @@ void KeyBias::anchor(int64_t t0, FarAnchor& far, float* cs) const {
   const int half = d_ / 2;
   if (const int64_t span = t0 / kSpan; span != far.span) {
     far.span = span;
-    const double p = double(span * kSpan) * rope_.position_scale;
-    for (int i = 0; i < half; ++i) {
-      const double angle = p * rope_.inv_freq[size_t(i)];
-      far.cs[i] = float(std::cos(angle));
-      far.cs[half + i] = float(std::sin(angle));
-    }
+    rope_cos_sin(rope_, span * kSpan, half, far.cs);
   }
   add_angles(far.cs, coarse_.data() + (t0 % kSpan) / kBlock * d_, half, cs);
 }

@@ -46,7 +46,7 @@ class KeyBias {
 
  private:
   // cs(t0) for an anchor t0 (a multiple of kBlock): [d]. `far` keeps cs(kSpan·b) of the
-  // last span b seen (angles in double, as rope_apply forms them), so a pass over a range
+  // last span b seen (rope_cos_sin, as rope_apply forms them), so a pass over a range
   // pays the d/2 cos/sin pairs once per kSpan positions, not per block.
   static constexpr int64_t kSpan = int64_t(kBlock) * kBlock;
   struct FarAnchor {

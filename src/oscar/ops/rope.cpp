@@ -36,17 +36,22 @@ RopeFreqs rope_freqs(const ModelConfig& cfg) {
   return f;
 }
 
-void rope_apply(const RopeFreqs& f, float* x, int n_heads, int head_dim, int64_t pos) {
-  const int half = head_dim / 2;
+void rope_cos_sin(const RopeFreqs& f, int64_t pos, int half, float* cs) {
   const double p = double(pos) * f.position_scale;
-  // cos/sin once per token, shared by every head.
-  float cs[512], sn[512];
-  OSCAR_CHECK(half <= 512, "head_dim {} too large for RoPE", head_dim);
   for (int i = 0; i < half; ++i) {
     const double a = p * f.inv_freq[size_t(i)];
     cs[i] = float(std::cos(a));
-    sn[i] = float(std::sin(a));
+    cs[half + i] = float(std::sin(a));
   }
+}
+
+void rope_apply(const RopeFreqs& f, float* x, int n_heads, int head_dim, int64_t pos) {
+  const int half = head_dim / 2;
+  // cos/sin once per token, shared by every head.
+  float cs[1024];
+  OSCAR_CHECK(half <= 512, "head_dim {} too large for RoPE", head_dim);
+  rope_cos_sin(f, pos, half, cs);
+  const float* sn = cs + half;
   for (int h = 0; h < n_heads; ++h) {
     float* v = x + int64_t(h) * head_dim;
     for (int i = 0; i < half; ++i) {

@@ -17,6 +17,10 @@ struct RopeFreqs {
 
 RopeFreqs rope_freqs(const ModelConfig& cfg);  // throws oscar::Error for unsupported scaling
 
+// The rotation at absolute position `pos`, for head_dim / 2 = half frequencies: cs[i] = cos and
+// cs[half + i] = sin of pos·position_scale·inv_freq[i] (formed in double). cs: [2·half].
+void rope_cos_sin(const RopeFreqs& f, int64_t pos, int half, float* cs);
+
 // Rotates x: [n_heads, head_dim] in place for one token at absolute position `pos`.
 void rope_apply(const RopeFreqs& f, float* x, int n_heads, int head_dim, int64_t pos);
 
