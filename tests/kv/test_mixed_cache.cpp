@@ -407,5 +407,38 @@ TEST(MixedCache, EachKindRoundTripsWithinItsBudget) {
   }
 }
 
+// The pools are sized for the whole capacity but committed page by page as they are touched
+// (LazyBuffer), so a long prompt must keep reusing a few fp pages: those of the sink, the
+// recent window and the batch in flight. With the pages freed last handed out first, a
+// 4000-token prompt in 512-token batches touches no fp page past that bound.
+TEST(MixedCache, LongPromptReusesFewFpPages) {
+  KvSpec spec;
+  spec.mode = "int2";
+  spec.quant = KvQuant::int2;
+  spec.block_tokens = 16;
+  spec.sink = 64;
+  spec.recent = 256;
+  spec.group = 64;
+  const KvShape shape{1, 1, 64};
+  auto [kf, vf] = make_history_formats(spec, shape, nullptr);
+  KvCache cache(shape, spec, 4096, kf, vf);
+  const SeqId s = cache.add_sequence();
+  const int64_t batch = 512, n = 4000;
+  const auto rows = test::random_vector(size_t(batch * 64), 3);
+  int32_t max_page = -1;
+  for (int64_t pos = 0; pos < n; pos += batch) {
+    const int64_t b = std::min(batch, n - pos);
+    ASSERT_TRUE(cache.reserve(s, b));
+    cache.write(0, s, pos, b, rows.data(), rows.data());
+    cache.demote(0, s, pos + b);
+    cache.commit(s, b);
+    const KvSeqView v = cache.view(0, s, pos + b);
+    for (int64_t p = 0; p < (pos + b + 15) / 16; ++p) max_page = std::max(max_page, v.blocks[p]);
+  }
+  // sink 4 pages + recent 16 + a batch 32 + the partial pages at each end.
+  EXPECT_LE(max_page, (64 + 256 + 2 * 512) / 16) << "fp pages touched across the prompt";
+  EXPECT_GE(max_page, (64 + 256 + 512) / 16 - 2);
+}
+
 }  // namespace
 }  // namespace oscar

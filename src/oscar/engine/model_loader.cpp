@@ -1,6 +1,7 @@
 #include "oscar/engine/model_loader.h"
 
 #include <cblas.h>
+#include <malloc.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "oscar/formats/gguf.h"
 #include "oscar/kv/rotation_gguf.h"
 #include "oscar/kv/rotation_io.h"
+#include "oscar/model/gguf_weight_source.h"
 #include "oscar/model/weight_source.h"
 #include "oscar/text/tokenizer_hf.h"
 
@@ -79,23 +81,32 @@ LoadedModel load_model(const ModelOptions& o) {
   openblas_set_num_threads(num_threads());
   LoadedModel m;
   KvSpec kv = kv_spec_from(o);  // flags first: fail before the slow part
-  auto src = open_weight_source(o.model);
-  const int n_layers = src->config().n_layers;
-  kv.validate_layers(n_layers);
-  const bool wants_rotations = kv.uses_rotation(KvRotation::calibrated, n_layers);
   std::string tmpl;
   std::optional<RotationSet> rotations;
   if (!o.rotations.empty()) rotations = load_rotations(o.rotations);
+  std::unique_ptr<WeightSource> src;
+  int n_layers = 0;
+  bool wants_rotations = false;
+  const auto check_layers = [&](int n) {
+    n_layers = n;
+    kv.validate_layers(n_layers);
+    wants_rotations = kv.uses_rotation(KvRotation::calibrated, n_layers);
+  };
   if (std::filesystem::is_directory(o.model) || o.model.ends_with(".safetensors")) {
+    src = open_weight_source(o.model);
+    check_layers(src->config().n_layers);
     const std::string dir =
         std::filesystem::is_directory(o.model) ? o.model : std::filesystem::path(o.model).parent_path().string();
     m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_hf(dir));
     tmpl = hf_chat_template(dir);
   } else {
-    const gguf::GgufFile f = gguf::GgufFile::open(o.model);
+    // Parsed once: the tokenizer's arrays (152K strings on Qwen2.5) cost tens of MB a copy.
+    gguf::GgufFile f = gguf::GgufFile::open(o.model);
+    check_layers(gguf_model_config(f).n_layers);
     m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(f));
     tmpl = f.get_string("tokenizer.chat_template", "");
     if (!rotations && wants_rotations) rotations = read_embedded_rotations(f);
+    src = open_gguf_source(std::move(f));
   }
   m.chat_template = detect_chat_template(tmpl, arch_name(src->config().arch));
   m.default_system = default_system_message(tmpl);
@@ -114,6 +125,10 @@ LoadedModel load_model(const ModelOptions& o) {
   if (m.tokenizer->n_vocab() != m.transformer->config().n_vocab)
     fail("'{}': tokenizer has {} tokens but the embedding has {} rows", o.model, m.tokenizer->n_vocab(),
          m.transformer->config().n_vocab);
+  // The parsed metadata (tens of MB of small strings) is freed here, below the tokenizer's
+  // and the weights' allocations, where malloc would keep it resident: hand it back.
+  src.reset();
+  malloc_trim(0);
   m.load_seconds = seconds_since(t0);
   if (o.verbose) {
     const ModelConfig& c = m.transformer->config();

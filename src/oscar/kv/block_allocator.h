@@ -20,7 +20,10 @@ class BlockAllocator {
   int32_t owners(int32_t block) const { return refs_[size_t(block)]; }
 
  private:
-  std::vector<int32_t> free_;      // stack of free block ids (lowest id on top)
+  // Stack of free block ids (lowest id on top at first). A released block goes on top, so it
+  // is handed out next: a long prompt keeps reusing the pages the window just left, and the
+  // pools (LazyBuffer) commit memory only for pages ever touched.
+  std::vector<int32_t> free_;
   std::vector<int32_t> refs_;      // owners per block; 0: free
 };
 

@@ -24,12 +24,9 @@ void load_fp_rows(const KvSeqView& v, int kv_head, int64_t t, float* k_out, floa
   }
 }
 
-std::vector<uint8_t> alloc_pool(size_t bytes, int64_t capacity) {
-  try {
-    return std::vector<uint8_t>(bytes);
-  } catch (const std::bad_alloc&) {
-    fail("out of memory allocating a KV cache of {} tokens ({:.1f} MiB per pool)", capacity, double(bytes) / (1 << 20));
-  }
+LazyBuffer alloc_pool(size_t bytes, int64_t capacity) {
+  const std::string what = fmt::format("a KV cache pool of {} tokens", capacity);
+  return LazyBuffer(bytes, what.c_str());
 }
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "oscar/core/lazy_buffer.h"
 #include "oscar/kv/block_allocator.h"
 #include "oscar/kv/history_format.h"
 #include "oscar/kv/kv_spec.h"
@@ -162,8 +163,8 @@ class KvCache {
   KvSpec spec_;
   std::vector<HistoryFormat> k_formats_, v_formats_;  // per layer
   BlockAllocator fp_alloc_, q_alloc_;
-  std::vector<std::vector<uint8_t>> k_, v_;    // fp pools per layer
-  std::vector<std::vector<uint8_t>> qk_, qv_;  // history pools per layer
+  std::vector<LazyBuffer> k_, v_;    // fp pools per layer (committed as pages are touched)
+  std::vector<LazyBuffer> qk_, qv_;  // history pools per layer
   std::map<SeqId, Sequence> seqs_;
   SeqId next_id_ = 0;
   PrefixIndex prefix_;

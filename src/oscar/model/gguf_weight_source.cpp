@@ -112,7 +112,11 @@ ModelConfig gguf_model_config(const gguf::GgufFile& f) {
 }
 
 std::unique_ptr<WeightSource> open_gguf_source(const std::string& path) {
-  return std::make_unique<GgufWeightSource>(gguf::GgufFile::open(path));
+  return open_gguf_source(gguf::GgufFile::open(path));
+}
+
+std::unique_ptr<WeightSource> open_gguf_source(gguf::GgufFile file) {
+  return std::make_unique<GgufWeightSource>(std::move(file));
 }
 
 }  // namespace oscar

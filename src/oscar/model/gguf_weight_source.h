@@ -11,6 +11,8 @@ namespace oscar {
 
 // Maps and parses `path`; throws oscar::Error naming the file and the bad field or tensor.
 std::unique_ptr<WeightSource> open_gguf_source(const std::string& path);
+// The same over a file already parsed (its metadata read for the tokenizer first).
+std::unique_ptr<WeightSource> open_gguf_source(gguf::GgufFile file);
 
 // The ModelConfig a GGUF file describes (general.architecture and {arch}.* keys, the
 // tokenizer's vocabulary size, and which optional tensors exist). Validated.
