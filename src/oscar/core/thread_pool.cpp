@@ -1,6 +1,7 @@
 #include "oscar/core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <utility>
 
@@ -37,21 +38,36 @@ void ThreadPool::run_share(int index) {
 }
 
 namespace {
-// Polls before sleeping: a few tens of microseconds, about what a wake-up costs, so an
-// oversubscribed machine loses little to the spinning.
-constexpr int spin_polls = 1000;
+// How long a thread polls before it sleeps: about what a futex sleep and wake-up cost
+// together, so an oversubscribed machine loses little to the spinning. Measured in time,
+// not polls: a pause takes ~10 cycles on some x86 cores and ~140 on others.
+constexpr auto spin_time = std::chrono::microseconds(100);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
 }
+
+// Polls done() until it holds or spin_time has passed; returns done().
+template <class Done>
+bool spin_until(Done done) {
+  if (done()) return true;
+  const auto deadline = std::chrono::steady_clock::now() + spin_time;
+  for (;;) {
+    for (int i = 0; i < 16; ++i) {
+      if (done()) return true;
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+  }
+}
 }  // namespace
 
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    for (int i = 0; i < spin_polls && generation_.load(std::memory_order_acquire) == seen; ++i) cpu_relax();
+    spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
     {
       std::unique_lock lock(mu_);
       start_cv_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
@@ -84,7 +100,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   }
   start_cv_.notify_all();
   run_share(0);
-  for (int i = 0; i < spin_polls && pending_.load(std::memory_order_acquire) != 0; ++i) cpu_relax();
+  spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; });
   std::unique_lock lock(mu_);
   done_cv_.wait(lock, [&] { return pending_.load() == 0; });
   job_ = nullptr;
