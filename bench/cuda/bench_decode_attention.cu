@@ -2,6 +2,9 @@
 // over BF16 / INT8 / INT4 / INT2 caches: median kernel time, bytes moved, GB/s, and the
 // fraction of the device-to-device copy bandwidth measured in the same process.
 //   bench_decode_attention [--json PATH] [--commit SHA] [--iters N] [--only B T KV] [--chunk KEYS] [--flush read|write]
+//                          [--key-bias]
+// --key-bias: INT2 and BF16 with and without --k-bias-split (-kb rows: key_bias_scores, then
+// the attention kernel adding its f32 scores; ms is both launches).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -18,6 +21,7 @@
 
 #include "oscar/cuda/check_cuda.h"
 #include "oscar/cuda/decode_attention.h"
+#include "oscar/cuda/key_bias.h"
 #include "bench_util.cuh"
 
 namespace {
@@ -38,6 +42,7 @@ struct Kv {
   const char* name;
   int bits;                   // 0: BF16 only
   bool tensor_cores = true;   // false: INT2/INT4 on the CUDA-core kernel, for comparison
+  bool key_bias = false;      // --k-bias-split: the bias scores' pre-kernel and their addition
 };
 
 // One (B, T, kv) measurement. Every sequence has length T; pages are shuffled in the pools.
@@ -101,6 +106,16 @@ Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, L2Flush& flus
   auto* hk = static_cast<uint8_t*>(kv.bits ? a.get(hist_pool) : nullptr);
   auto* hv = static_cast<uint8_t*>(kv.bits ? a.get(hist_pool) : nullptr);
   auto* ws = static_cast<float*>(a.get(oscar::cuda::decode_attention_workspace_bytes(p)));
+  const std::vector<double> inv_freq = [] {
+    std::vector<double> f(kDim / 2);
+    for (int i = 0; i < kDim / 2; ++i) f[size_t(i)] = std::pow(1e6, -2.0 * i / kDim);
+    return f;
+  }();
+  const std::vector<float> cs_table = oscar::cuda::key_bias_cs_table(inv_freq, 1.0);
+  auto* kb_coef = static_cast<float*>(kv.key_bias ? a.get(size_t(batch) * kHeads * kDim * 4) : nullptr);
+  auto* kb_scores = static_cast<float*>(kv.key_bias ? a.get(size_t(batch) * kHeads * seq * 4) : nullptr);
+  auto* kb_freq = static_cast<double*>(kv.key_bias ? a.get(inv_freq.size() * 8) : nullptr);
+  auto* kb_cs = static_cast<float*>(kv.key_bias ? a.get(cs_table.size() * 4) : nullptr);
   if (!a.ok) {
     row.note = "skipped: does not fit in device memory";
     return row;
@@ -135,10 +150,29 @@ Row measure(int batch, int seq, const Kv& kv, int iters, int n_sm, L2Flush& flus
   }
   p.workspace = ws;
   p.out = out;
+  oscar::cuda::KeyBiasScoresParams kb;
+  if (kv.key_bias) {
+    std::vector<float> coef(hq.size());
+    for (float& x : coef) x = 0.1f * normal(rng);
+    CHECK_CUDA(cudaMemcpy(kb_coef, coef.data(), coef.size() * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(kb_freq, inv_freq.data(), inv_freq.size() * 8, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(kb_cs, cs_table.data(), cs_table.size() * 4, cudaMemcpyHostToDevice));
+    kb.batch = batch, kb.n_heads = kHeads, kb.head_dim = kDim, kb.coef = kb_coef, kb.seq_len = lens;
+    kb.inv_freq = kb_freq, kb.cs_table = kb_cs, kb.max_seq_len = seq, kb.out = kb_scores, kb.out_stride = seq;
+    p.key_bias = kb_scores, p.key_bias_stride = seq;
+  }
 
   // A cold L2 for every launch: small caches would otherwise be served from L2.
-  row.ms = median_ms(3, iters, [&] { flush(); },
-                     [&] { oscar::cuda::decode_attention(p); });
+  row.ms = median_ms(3, iters, [&] { flush(); }, [&] {
+    if (kv.key_bias) oscar::cuda::key_bias_scores(kb);
+    oscar::cuda::decode_attention(p);
+  });
+  if (kv.key_bias) {
+    const double kb_ms = median_ms(3, iters, [&] { flush(); }, [&] { oscar::cuda::key_bias_scores(kb); });
+    char note[64];
+    std::snprintf(note, sizeof note, "key_bias_scores alone %.4f ms", kb_ms);
+    row.note = note;
+  }
   std::vector<float> hout(hq.size());
   CHECK_CUDA(cudaMemcpy(hout.data(), out, hout.size() * 4, cudaMemcpyDeviceToHost));
   for (float x : hout)
@@ -163,7 +197,7 @@ int main(int argc, char** argv) {
   std::string json_path, commit, command;
   int iters = 25;
   int only_batch = 0, only_seq = 0, chunk = 0;
-  bool flush_read = true;
+  bool flush_read = true, key_bias = false;
   std::string only_kv;
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
   for (int i = 1; i < argc; ++i) {
@@ -180,13 +214,14 @@ int main(int argc, char** argv) {
       }
       flush_read = how == "read";
     }
+    else if (a == "--key-bias") key_bias = true;
     else if (a == "--only" && i + 3 < argc) {  // one row: B T kv (for profilers)
       only_batch = std::atoi(argv[++i]);
       only_seq = std::atoi(argv[++i]);
       only_kv = argv[++i];
     }
     else {
-      std::fprintf(stderr, "usage: %s [--json PATH] [--commit SHA] [--iters N>=20] [--only B T KV] [--chunk KEYS] [--flush read|write]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json PATH] [--commit SHA] [--iters N>=20] [--only B T KV] [--chunk KEYS] [--flush read|write] [--key-bias]\n", argv[0]);
       return 2;
     }
   }
@@ -221,8 +256,10 @@ int main(int argc, char** argv) {
               "floor_ms", "frac_f", "note");
 
   const std::vector<std::pair<int, int>> shapes = {{1, 8192}, {1, 32768}, {1, 131072}, {8, 32768}, {32, 32768}, {64, 8192}};
-  const std::vector<Kv> kvs = {{"bf16", 0},          {"int8", 8},          {"int4", 4},          {"int2", 2},
-                               {"int8-cc", 8, false}, {"int4-cc", 4, false}, {"int2-cc", 2, false}};
+  const std::vector<Kv> kvs =
+      key_bias ? std::vector<Kv>{{"int2", 2}, {"int2-kb", 2, true, true}, {"bf16", 0}, {"bf16-kb", 0, true, true}}
+               : std::vector<Kv>{{"bf16", 0},          {"int8", 8},          {"int4", 4},          {"int2", 2},
+                                 {"int8-cc", 8, false}, {"int4-cc", 4, false}, {"int2-cc", 2, false}};
   std::vector<Row> rows;
   for (const auto& [batch, seq] : shapes)
     for (const Kv& kv : kvs) {

@@ -31,6 +31,7 @@ int main() {
   run_cache_write_tests(seed + 5000u);
   run_elementwise_tests(seed + 6000u);
   run_attention_prologue_tests(seed + 6500u);
+  run_key_bias_tests(seed + 6600u);
   run_sampling_tests(seed + 6700u);
   run_device_model_tests(seed + 7000u);
   run_cpu_fixture_tests();

@@ -4,7 +4,10 @@
 // element (f32 arithmetic on O(1) values), the K/V rows as BF16 within one BF16 step of the
 // reference (2^-7 relative: an f32 value near a rounding midpoint may round either way,
 // + 1e-6·‖row‖ for the f32 sums), every other cached row still
-// poison. A self-check: the reference at position + 1 must fail.
+// poison. With --k-bias-split the key loses b_k before RoPE and the query's coefficients of its
+// bias scores (α, β of q' after RoPE, before R_K: key_bias.h) are checked within
+// 1e-5·‖q'‖·‖b‖. Self-checks: the reference at position + 1, a kernel without the key
+// shift and one without the key bias must fail.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -26,6 +29,7 @@ struct Case {
   int batch, n_heads, n_kv, d;
   bool qk_norm, interleaved, rot_k, rot_v;
   bool k_shift = false;  // --k-mean: a vector per KV head subtracted from k after R_K
+  bool k_bias = false;   // --k-bias-split: b_k per KV head taken out of k, q's coefficients out
 };
 
 std::vector<float> normal_vec(size_t n, std::mt19937& rng, float sd) {
@@ -88,7 +92,8 @@ double norm2(const std::vector<double>& v) {
 
 // Worst error over the case, in units of the tolerance (≤ 1 passes); pos_shift moves the
 // reference's positions (the self-check).
-double run_case(const Case& c, uint32_t seed, int pos_shift, std::string* detail, bool drop_k_shift = false) {
+double run_case(const Case& c, uint32_t seed, int pos_shift, std::string* detail, bool drop_k_shift = false,
+                bool drop_k_bias = false) {
   std::mt19937 rng(seed);
   const int B = c.batch, H = c.n_heads, Hkv = c.n_kv, d = c.d;
   const std::vector<float> q = normal_vec(size_t(B) * H * d, rng, 2.0f), k = normal_vec(size_t(B) * Hkv * d, rng, 2.0f),
@@ -102,6 +107,8 @@ double run_case(const Case& c, uint32_t seed, int pos_shift, std::string* detail
   if (c.rot_k) rk = orthogonal(d, rng);
   if (c.rot_v) rv = orthogonal(d, rng);
   const std::vector<float> shift = c.k_shift ? normal_vec(size_t(Hkv) * d, rng, 3.0f) : std::vector<float>();
+  // A large bias, as Qwen2.5's: the key is its small remainder.
+  const std::vector<float> kbias = c.k_bias ? normal_vec(size_t(Hkv) * d, rng, 20.0f) : std::vector<float>();
   std::vector<double> inv_freq(size_t(d / 2));
   for (int i = 0; i < d / 2; ++i) inv_freq[size_t(i)] = std::pow(1e6, -2.0 * i / d);
   const double scale = 0.5;
@@ -122,6 +129,7 @@ double run_case(const Case& c, uint32_t seed, int pos_shift, std::string* detail
                d_rk = DeviceBuffer::from(rk), d_rv = DeviceBuffer::from(rv), d_shift = DeviceBuffer::from(shift), d_if = DeviceBuffer::from(inv_freq),
                d_table = DeviceBuffer::from(table);
   DeviceBuffer d_qo = DeviceBuffer::from(std::vector<float>(q.size(), NAN));
+  DeviceBuffer d_kb = DeviceBuffer::from(kbias), d_coef = DeviceBuffer::from(std::vector<float>(q.size(), NAN));
   DeviceBuffer d_fk = DeviceBuffer::from(std::vector<uint16_t>(pool, kPoison)),
                d_fv = DeviceBuffer::from(std::vector<uint16_t>(pool, kPoison));
   oscar::cuda::AttentionPrologueParams p;
@@ -131,11 +139,13 @@ double run_case(const Case& c, uint32_t seed, int pos_shift, std::string* detail
   p.eps = 1e-6f, p.inv_freq = d_if.as<double>(), p.position_scale = scale, p.interleaved = c.interleaved;
   p.rot_k = c.rot_k ? d_rk.as<float>() : nullptr, p.rot_v = c.rot_v ? d_rv.as<float>() : nullptr;
   p.k_shift = c.k_shift && !drop_k_shift ? d_shift.as<float>() : nullptr;
+  if (c.k_bias && !drop_k_bias) p.k_bias = d_kb.as<float>(), p.q_coef = d_coef.as<float>();
   p.q_out = d_qo.as<float>(), p.fp_k = d_fk.as<uint16_t>(), p.fp_v = d_fv.as<uint16_t>();
   p.fp_blocks = d_table.as<int32_t>(), p.fp_blocks_stride = stride;
   oscar::cuda::attention_prologue(p);
   CHECK_CUDA(cudaDeviceSynchronize());
   const auto qo = download<float>(d_qo, q.size());
+  const auto coef = c.k_bias ? download<float>(d_coef, q.size()) : std::vector<float>();
   const auto fk = download<uint16_t>(d_fk, pool), fv = download<uint16_t>(d_fv, pool);
 
   double worst = 0.0;
@@ -153,6 +163,20 @@ double run_case(const Case& c, uint32_t seed, int pos_shift, std::string* detail
       const auto want = reference_row(q.data() + at, d, qn, 1e-6f, true, pp, inv_freq, c.interleaved, rk);
       const double tol = 1e-5 * norm2(want);
       for (int e = 0; e < d; ++e) note(std::fabs(double(qo[at + size_t(e)]) - want[size_t(e)]) / tol, "q row");
+      if (c.k_bias && !drop_k_bias) {
+        // q'·RoPE(b, t) = Σ_i α_i cos + β_i sin, q' before R_K (key_bias.h).
+        const auto qr = reference_row(q.data() + at, d, qn, 1e-6f, true, pp, inv_freq, c.interleaved, {});
+        const float* bh = kbias.data() + size_t(h / (H / Hkv)) * d;
+        std::vector<double> bv(bh, bh + d);
+        const double ctol = 1e-5 * norm2(qr) * norm2(bv);
+        for (int i = 0; i < d / 2; ++i) {
+          const int a = c.interleaved ? 2 * i : i, bb = c.interleaved ? 2 * i + 1 : i + d / 2;
+          const double alpha = qr[size_t(a)] * bv[size_t(a)] + qr[size_t(bb)] * bv[size_t(bb)];
+          const double beta = qr[size_t(bb)] * bv[size_t(a)] - qr[size_t(a)] * bv[size_t(bb)];
+          note(std::fabs(double(coef[at + size_t(i)]) - alpha) / ctol, "bias coefficient alpha");
+          note(std::fabs(double(coef[at + size_t(d / 2 + i)]) - beta) / ctol, "bias coefficient beta");
+        }
+      }
     }
     const int page = 2 * b + 1, t = pos[size_t(b)];
     for (int h = 0; h < Hkv; ++h) {
@@ -160,7 +184,12 @@ double run_case(const Case& c, uint32_t seed, int pos_shift, std::string* detail
       const size_t row = (size_t(page) * Hkv + h) * kPage + size_t(t % kPage);
       written[row] = true;
       const auto wk = [&] {
+        // --k-bias-split: the cache holds k − RoPE(b, t)·R_K (the reference takes it off after R_K).
         auto r = reference_row(k.data() + at, d, kn, 1e-6f, true, pp, inv_freq, c.interleaved, rk);
+        if (c.k_bias) {
+          const auto a = reference_row(kbias.data() + size_t(h) * d, d, {}, 0.0f, true, pp, inv_freq, c.interleaved, rk);
+          for (int e = 0; e < d; ++e) r[size_t(e)] -= a[size_t(e)];
+        }
         if (c.k_shift)
           for (int e = 0; e < d; ++e) r[size_t(e)] -= shift[size_t(h) * d + size_t(e)];
         return r;
@@ -192,6 +221,8 @@ void run_attention_prologue_tests(uint32_t seed) {
       {3, 4, 2, 64, false, true, false, false},   // Llama GGUF (interleaved), BF16 KV
       {5, 6, 1, 128, false, false, true, true, true},  // Qwen2.5 GQA 6, both rotations, --k-mean
       {2, 8, 8, 64, true, true, true, true},      // MHA, everything
+      {4, 12, 2, 128, false, false, true, false, true, true},  // Qwen2.5-1.5B, int2-oscar: --k-mean, --k-bias-split
+      {3, 4, 2, 64, false, true, true, true, false, true},     // interleaved pairs, key bias, both rotations
   };
   for (const Case& c : cases) {
     std::string detail;
@@ -199,7 +230,7 @@ void run_attention_prologue_tests(uint32_t seed) {
     const std::string name = "attention_prologue B" + std::to_string(c.batch) + " H" + std::to_string(c.n_heads) +
                              "/" + std::to_string(c.n_kv) + " d" + std::to_string(c.d) + (c.qk_norm ? " qk-norm" : "") +
                              (c.interleaved ? " interleaved" : " neox") + (c.rot_k ? " R_K" : "") +
-                             (c.rot_v ? " R_V" : "") + (c.k_shift ? " k-shift" : "");
+                             (c.rot_v ? " R_V" : "") + (c.k_shift ? " k-shift" : "") + (c.k_bias ? " k-bias" : "");
     char line[300];
     std::snprintf(line, sizeof line, "%s: worst error %.3f of the tolerance (%s)", name.c_str(), e, detail.c_str());
     report(e <= 1.0, line);
@@ -210,6 +241,9 @@ void run_attention_prologue_tests(uint32_t seed) {
   const double unshifted = run_case(cases[0], seed, 0, &detail, /*drop_k_shift=*/true);
   report(unshifted > 1.0, "attention_prologue self-check: a kernel without the key shift fails (" +
                               std::to_string(unshifted) + " of the tolerance)");
+  const double unbiased = run_case(cases[4], seed, 0, &detail, false, /*drop_k_bias=*/true);
+  report(unbiased > 1.0, "attention_prologue self-check: a kernel that keeps the key bias fails (" +
+                             std::to_string(unbiased) + " of the tolerance)");
   oscar::cuda::AttentionPrologueParams bad;
   bad.batch = 1, bad.n_heads = 4, bad.n_kv_heads = 2, bad.head_dim = 96, bad.fp_blocks_stride = 1;
   const std::string msg = error_of([&] { oscar::cuda::attention_prologue(bad); });

@@ -10,6 +10,8 @@
 // same top-1 at ≥ 98 % of positions; and as the engine runs (BF16 products, f16 tensor-core
 // history), where BF16 activations move logits by ~2^-9 per product and quantized keys near
 // a rounding edge then flip codes: ≤ 2e-2 (BF16 KV) or 1.5e-1 (quantized), top-1 ≥ 90 %.
+// A fixture with --k-bias-split (a Qwen2-like model whose key bias is 10x the tiny model's)
+// must also fail the f32 bound when the GPU keeps the bias in its quantized keys.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -63,7 +65,7 @@ class Reader {
 bool read_fixture(const std::string& path, Fixture& f) {
   Reader r(path);
   const auto magic = r.array<char>(8);
-  if (!r.ok() || std::memcmp(magic.data(), "OSCFIX2", 8) != 0) return false;
+  if (!r.ok() || std::memcmp(magic.data(), "OSCFIX3", 8) != 0) return false;
   auto& s = f.model.shape;
   s.n_layers = r.value<int32_t>(), s.n_embd = r.value<int32_t>(), s.n_ff = r.value<int32_t>();
   s.n_heads = r.value<int32_t>(), s.n_kv_heads = r.value<int32_t>(), s.head_dim = r.value<int32_t>();
@@ -75,6 +77,7 @@ bool read_fixture(const std::string& path, Fixture& f) {
   s.rope_inv_freq = r.array<double>(size_t(s.head_dim / 2));
   const size_t L = size_t(s.n_layers), d2 = size_t(s.head_dim) * size_t(s.head_dim);
   f.kv.sink = r.value<int32_t>(), f.kv.window = r.value<int32_t>(), f.kv.group = r.value<int32_t>();
+  f.kv.k_bias_split = r.value<int32_t>() != 0;
   f.kv.bits = r.array<int>(L);
   f.kv.k_clip = r.array<float>(L);
   f.kv.v_clip = r.array<float>(L);
@@ -181,6 +184,26 @@ void run_fixture(const std::string& name, const Fixture& f, GemmPrecision precis
   report(shifted.rel_l2 > max_rel, line);
 }
 
+// --k-bias-split matters: the same fixture with the bias left in the (quantized) keys, f32
+// products, must miss the CPU's logits by more than the f32 bound.
+void run_split_self_check(const std::string& name, const Fixture& f) {
+  const size_t n = f.tokens.size(), V = size_t(f.model.shape.n_vocab);
+  KvFormat kv = f.kv;
+  kv.k_bias_split = false;
+  KvCacheLimits limits;
+  limits.max_seqs = 1, limits.prefill_chunk = 48, limits.prefill_logits_rows = 20, limits.max_seq_len = int64_t(n) + 8;
+  DeviceModel m(f.model, kv, limits, GemmPrecision::f32);
+  std::vector<float> got;
+  m.prefill(m.cache().add_sequence(), f.tokens, &got);
+  const Agreement a = agree(got, f.logits.data(), n, V);
+  char line[240];
+  std::snprintf(line, sizeof line,
+                "cpu fixture %s: self-check, the GPU without --k-bias-split (f32 products): rel L2 %.2e (> 1e-02), "
+                "same top-1 %.3f",
+                name.c_str(), a.rel_l2, a.top1);
+  report(a.rel_l2 > 1e-2, line);
+}
+
 }  // namespace
 
 void run_cpu_fixture_tests() {
@@ -207,6 +230,8 @@ void run_cpu_fixture_tests() {
     }
     try {
       for (GemmPrecision p : {GemmPrecision::f32, GemmPrecision::bf16}) run_fixture(s.substr(0, s.size() - 4), f, p);
+      const bool quantized = std::any_of(f.kv.bits.begin(), f.kv.bits.end(), [](int b) { return b != 0; });
+      if (f.kv.k_bias_split && quantized) run_split_self_check(s.substr(0, s.size() - 4), f);
     } catch (const std::exception& e) {
       report(false, "cpu fixture " + s + ": " + e.what());
     }

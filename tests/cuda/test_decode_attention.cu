@@ -1,6 +1,8 @@
 // oscar::cuda::decode_attention against an f64 host reference, on random mixed caches
 // built here with an independent quantizer for the docs/kv-layout.md §1 row layout.
-// The reference reads the same bytes (pools + page tables) the GPU reads. Run from main.cu.
+// The reference reads the same bytes (pools + page tables) the GPU reads. With a key bias
+// (--k-bias-split: f32 scores per key, DecodeAttentionParams::key_bias) the reference adds
+// the same values. Run from main.cu.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -33,6 +35,7 @@ struct Case {
   std::vector<int> lens;
   bool tensor_cores = true;   // DecodeAttentionParams::tensor_cores
   bool window_bound = false;  // pass the exact max_window_keys (else 0: max_seq_len)
+  bool key_bias = false;      // DecodeAttentionParams::key_bias: a score added to every key
   // INT2/INT4/INT8 with G = d take the tensor-core path (decode_attention.h).
   bool split() const { return tensor_cores && bits != 0 && group_size == d; }
 };
@@ -51,6 +54,8 @@ struct HostCache {
   std::vector<uint16_t> fp_k, fp_v;             // [n_fp_blocks, n_kv, 16, d]
   std::vector<uint8_t> hist_k, hist_v;          // [n_hist_blocks, n_kv, 16 · row_bytes]
   std::vector<float> q;                         // [B, n_heads, d]
+  int key_bias_stride = 0;
+  std::vector<float> key_bias;                  // [B, n_heads, key_bias_stride], log2 units; empty = none
 
   int batch() const { return int(c.lens.size()); }
   int hist_begin(int b) const { return std::min(c.sink, c.lens[size_t(b)]); }
@@ -140,6 +145,19 @@ HostCache build_cache(const Case& c, uint32_t seed) {
   }
   h.q.resize(size_t(B) * h.n_heads * c.d);
   for (float& x : h.q) x = normal(rng);
+  if (c.key_bias) {
+    // Bias scores as large as the keys' own (Qwen2.5's are larger than the rest of the
+    // score): a smooth wave over positions, as RoPE of a bias gives, plus noise; entries
+    // past each sequence's length are NaN (never read).
+    h.key_bias_stride = max_len + 5;
+    h.key_bias.assign(size_t(B) * h.n_heads * h.key_bias_stride, NAN);
+    for (int b = 0; b < B; ++b)
+      for (int hh = 0; hh < h.n_heads; ++hh) {
+        const float amp = uni(rng) * 4.0f, freq = 0.01f + 0.05f * std::fabs(uni(rng));
+        for (int t = 0; t < c.lens[size_t(b)]; ++t)
+          h.key_bias[(size_t(b) * h.n_heads + hh) * h.key_bias_stride + t] = amp * std::sin(freq * t) + 1.5f * normal(rng);
+      }
+  }
   return h;
 }
 
@@ -191,7 +209,7 @@ struct Reference {
 };
 
 // lens overrides the sequence lengths (the drop-a-key self-check).
-Reference reference(const HostCache& h, const std::vector<int>& lens) {
+Reference reference(const HostCache& h, const std::vector<int>& lens, bool with_key_bias = true) {
   const Case& c = h.c;
   std::vector<double> out(h.q.size(), 0.0), hist_abs(h.q.size(), 0.0);
   std::vector<float> row(size_t(c.d));
@@ -210,6 +228,9 @@ Reference reference(const HostCache& h, const std::vector<int>& lens) {
           double dot = 0.0;
           for (int i = 0; i < c.d; ++i) dot += (rounded ? q_hist[head][size_t(i)] : double(q[i])) * double(row[size_t(i)]);
           s[size_t(g) * t_len + t] = dot / std::sqrt(double(c.d));
+          // The bias is in log2 units (the kernels' scores are exp2 exponents).
+          if (with_key_bias && !h.key_bias.empty())
+            s[size_t(g) * t_len + t] += double(h.key_bias[head * h.key_bias_stride + t]) * std::log(2.0);
         }
       }
       for (int g = 0; g < c.gqa; ++g) {
@@ -240,12 +261,13 @@ Reference reference(const HostCache& h, const std::vector<int>& lens) {
 int g_n_sm = 0;
 
 // Runs the kernel on the cache (with lens as the GPU's lengths); out is poisoned with NaN first.
-std::vector<float> run_gpu(const HostCache& h, const std::vector<int>& lens) {
+std::vector<float> run_gpu(const HostCache& h, const std::vector<int>& lens, bool with_key_bias = true) {
   const Case& c = h.c;
   DeviceBuffer q = DeviceBuffer::from(h.q), len = DeviceBuffer::from(lens), hend = DeviceBuffer::from(h.hist_end);
   DeviceBuffer fpk = DeviceBuffer::from(h.fp_k), fpv = DeviceBuffer::from(h.fp_v);
   DeviceBuffer fpb = DeviceBuffer::from(h.fp_blocks), hb = DeviceBuffer::from(h.hist_blocks);
   DeviceBuffer hk = DeviceBuffer::from(h.hist_k), hv = DeviceBuffer::from(h.hist_v);
+  DeviceBuffer kb = DeviceBuffer::from(h.key_bias);
   DecodeAttentionParams p;
   p.batch = h.batch();
   p.n_heads = h.n_heads;
@@ -273,6 +295,7 @@ std::vector<float> run_gpu(const HostCache& h, const std::vector<int>& lens) {
     p.hist_blocks = hb.as<int32_t>();
     p.hist_blocks_stride = h.hist_stride;
   }
+  if (with_key_bias && !h.key_bias.empty()) p.key_bias = kb.as<float>(), p.key_bias_stride = h.key_bias_stride;
   DeviceBuffer ws(oscar::cuda::decode_attention_workspace_bytes(p));
   DeviceBuffer out(h.q.size() * sizeof(float));
   CHECK_CUDA(cudaMemset(ws.ptr, 0xff, oscar::cuda::decode_attention_workspace_bytes(p)));
@@ -345,7 +368,7 @@ void run_case(const Case& c, uint32_t seed) {
   const Compare r = compare(run_gpu(h, c.lens), reference(h, c.lens), tol);
   char tol_text[64];
   std::snprintf(tol_text, sizeof tol_text, " (rel L2 <= %.0e)", tol.rel_l2);
-  report(r.ok, c.name + (c.split() ? " [tensor cores]" : "") + " lens=" + lens_str(c.lens) +
+  report(r.ok, c.name + (c.split() ? " [tensor cores]" : "") + (c.key_bias ? " [key bias]" : "") + " lens=" + lens_str(c.lens) +
                    " chunk=" + std::to_string(c.chunk) + ": " + describe(r) + tol_text);
 }
 
@@ -393,6 +416,15 @@ void run_self_checks(const Case& c, uint32_t seed) {
   report(!miss.ok && same.ok, c.name + ": dropped last key: vs full reference " +
                                   (miss.ok ? "passed (BAD)" : "fails (good, " + describe(miss) + ")") +
                                   ", vs shortened reference " + describe(same));
+
+  // (c) With a key bias, the GPU without it.
+  if (!h.key_bias.empty()) {
+    const std::vector<float> gpu_plain = run_gpu(h, c.lens, /*with_key_bias=*/false);
+    const Compare biased = compare(gpu_plain, ref, tol), plain = compare(gpu_plain, reference(h, c.lens, false), tol);
+    report(!biased.ok && plain.ok, c.name + ": key bias left out: vs biased reference " +
+                                       (biased.ok ? "passed (BAD)" : "fails (good, " + describe(biased) + ")") +
+                                       ", vs reference without it " + describe(plain));
+  }
 }
 
 // Invalid parameters are refused with a message, before anything is launched.
@@ -472,6 +504,18 @@ void run_decode_attention_tests(uint32_t seed, int n_sm) {
       {"int8 d64 G64 gqa4 S0 W128", 8, 64, 64, 2, 4, 0, 128, 64, {1000, 129, 128, 97}},
       {"bf16 d128 gqa4", 0, 128, 128, 2, 4, 64, 256, 256, {3000, 1, 700}},
       {"bf16 d64 gqa8", 0, 64, 64, 1, 8, 64, 256, 512, {4097, 33}},
+      // --k-bias-split: every path and piece adds the bias score of each key (sink, history,
+      // recent; window CTAs; paired and single slabs; f32 kernels).
+      {"int2 d128 G128 gqa4", 2, 128, 128, 2, 4, 64, 256, 256, {4097, 50, 321, 3000, 1}, true, false, true},
+      {"int2 d128 G128 gqa8 S7 W100 bound", 2, 128, 128, 2, 8, 7, 100, 320, {1234, 108, 3000, 5}, true, true, true},
+      {"int2 d128 G128 gqa3 S20 W0", 2, 128, 128, 3, 3, 20, 0, 192, {900, 21, 64, 1100}, true, false, true},
+      {"int4 d64 G64 gqa2 S3 W50", 4, 64, 64, 2, 2, 3, 50, 128, {777, 60, 2222}, true, false, true},
+      {"int2 d128 G128 gqa6 default-chunk bound", 2, 128, 128, 2, 6, 64, 256, 0, {6000, 4200, 333}, true, true, true},
+      {"int2 d64 G64 gqa4 S0 W128", 2, 64, 64, 2, 4, 0, 128, 64, {1000, 129, 128, 97}, false, false, true},
+      {"int2 d128 G32 gqa6", 2, 128, 32, 1, 6, 64, 256, 512, {3001, 320, 0}, true, false, true},
+      {"int4 d128 G128 gqa7", 4, 128, 128, 1, 7, 64, 256, 384, {1600}, true, false, true},
+      {"int8 d128 G128 gqa1 S20 W0", 8, 128, 128, 3, 1, 20, 0, 192, {900, 21, 64, 1100}, true, false, true},
+      {"bf16 d128 gqa4", 0, 128, 128, 2, 4, 64, 256, 256, {3000, 1, 700}, true, false, true},
   };
   for (size_t i = 0; i < cases.size(); ++i) run_case(cases[i], seed + uint32_t(i));
   const std::vector<Case> self_checks = {
@@ -480,6 +524,7 @@ void run_decode_attention_tests(uint32_t seed, int n_sm) {
       {"self-check int2 d128 G128 gqa4 W0", 2, 128, 128, 2, 4, 64, 0, 128, {37, 420}},
       {"self-check int4 d64 G64 gqa8 W0", 4, 64, 64, 1, 8, 16, 0, 64, {500, 37, 259}, true, true},
       {"self-check int8 d128 G128 gqa4 W0", 8, 128, 128, 2, 4, 64, 0, 128, {37, 420}},
+      {"self-check int2 d128 G128 gqa4 key bias", 2, 128, 128, 2, 4, 64, 256, 128, {37, 420}, true, false, true},
   };
   for (size_t i = 0; i < self_checks.size(); ++i) run_self_checks(self_checks[i], seed + 1000u + uint32_t(i));
   run_param_checks();

@@ -1,7 +1,9 @@
 // oscar::cuda::prefill_attention against an f64 host reference: n consecutive query tokens
 // of one sequence over a random mixed cache in which a key is stored in whichever forms
 // some query reads it (BF16 in an fp page, quantized in a history page, or both), every
-// other row poisoned with NaN. The reference reads the same bytes. Run from main.cu.
+// other row poisoned with NaN. The reference reads the same bytes. With --k-bias-split the
+// kernel adds c·cs(t) per (query, key) (key_bias.h) and the reference adds it in double with
+// exact cos/sin. Run from main.cu.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -17,6 +19,7 @@
 
 #include "cuda_test_util.h"
 #include "oscar/cuda/decode_attention.h"
+#include "oscar/cuda/key_bias.h"
 #include "oscar/cuda/prefill_attention.h"
 
 namespace {
@@ -29,6 +32,8 @@ struct Case {
   int bits;  // 0: BF16 only
   int d, group_size, n_kv, gqa, sink, window;
   int t0, n;  // query tokens t0 .. t0 + n − 1
+  bool key_bias = false;  // PrefillAttentionParams::key_bias
+  double position_scale = 1.0;
 };
 
 constexpr int kPage = oscar::cuda::kDecodeFpBlockTokens;       // tokens per fp page
@@ -46,6 +51,8 @@ struct HostCache {
   std::vector<uint16_t> fp_k, fp_v;
   std::vector<uint8_t> hist_k, hist_v;
   std::vector<float> q;  // [n, n_heads, d]
+  std::vector<float> coef;       // [n, n_heads, d] key-bias coefficients (α, β); empty = none
+  std::vector<double> inv_freq;  // [d / 2]
   size_t page_bytes() const { return size_t(kHistPage) * size_t(fmt.row_bytes()); }
 };
 
@@ -116,6 +123,12 @@ HostCache build_cache(const Case& c, uint32_t seed) {
     }
   h.q.resize(size_t(c.n) * h.n_heads * c.d);
   for (float& x : h.q) x = normal(rng);
+  h.inv_freq.resize(size_t(c.d / 2));
+  for (int i = 0; i < c.d / 2; ++i) h.inv_freq[size_t(i)] = std::pow(1e6, -2.0 * i / c.d);
+  if (c.key_bias) {  // bias scores of a few log2 units, as large as the keys' own
+    h.coef.resize(h.q.size());
+    for (float& x : h.coef) x = 4.0f * normal(rng);
+  }
   return h;
 }
 
@@ -143,13 +156,19 @@ struct Reference {
 // f64 attention with q rounded as the kernel rounds it (BF16 of q·log2(e)/√d), base-2
 // softmax. len_delta and hist_delta shift every row's key count and history end (the
 // self-checks' wrong references; a key keeps its form where the other one is not stored).
-Reference reference(const HostCache& h, int len_delta = 0, int hist_delta = 0) {
+Reference reference(const HostCache& h, int len_delta = 0, int hist_delta = 0, bool with_key_bias = true) {
   const Case& c = h.c;
   const float qscale = float(1.4426950408889634 / std::sqrt(double(c.d)));
   Reference r;
   r.out.assign(h.q.size(), 0.0);
   r.abs_sum.assign(h.q.size(), 0.0);
   std::vector<double> row;
+  std::vector<double> cs(h.coef.empty() ? 0 : size_t(h.len) * c.d);  // cs(j): cos, then sin, in double
+  for (size_t j = 0; j < cs.size() / size_t(c.d); ++j)
+    for (int e = 0; e < c.d / 2; ++e) {
+      const double a = double(j) * c.position_scale * h.inv_freq[size_t(e)];
+      cs[j * c.d + e] = std::cos(a), cs[j * c.d + c.d / 2 + e] = std::sin(a);
+    }
   for (int kvh = 0; kvh < c.n_kv; ++kvh) {
     std::vector<std::vector<double>> keys(size_t(h.len)), keys_h(size_t(h.len)), vals(size_t(h.len)), vals_h(size_t(h.len));
     for (int j = 0; j < h.len; ++j) {  // both forms where stored
@@ -174,6 +193,11 @@ Reference reference(const HostCache& h, int len_delta = 0, int hist_delta = 0) {
           if (kr.empty()) throw std::logic_error("test bug: a key read in a form that is not stored");
           double dot = 0.0;
           for (int e = 0; e < c.d; ++e) dot += q[size_t(e)] * kr[size_t(e)];
+          if (with_key_bias && !h.coef.empty()) {  // c·cs(j), in the scores' log2 units
+            double kb = 0.0;
+            for (int e = 0; e < c.d; ++e) kb += double(h.coef[o0 + e]) * cs[size_t(j) * c.d + e];
+            dot += double(qscale) * kb;
+          }
           s[size_t(j)] = dot;
           mx = std::max(mx, dot);
         }
@@ -197,6 +221,8 @@ std::vector<float> run_gpu(const HostCache& h) {
   DeviceBuffer fpk = DeviceBuffer::from(h.fp_k), fpv = DeviceBuffer::from(h.fp_v);
   DeviceBuffer fpb = DeviceBuffer::from(h.fp_blocks), hb = DeviceBuffer::from(h.hist_blocks);
   DeviceBuffer hk = DeviceBuffer::from(h.hist_k), hv = DeviceBuffer::from(h.hist_v);
+  DeviceBuffer coef = DeviceBuffer::from(h.coef), inv_freq = DeviceBuffer::from(h.inv_freq);
+  DeviceBuffer cs = DeviceBuffer::from(oscar::cuda::key_bias_cs_table(h.inv_freq, c.position_scale));
   DeviceBuffer out(h.q.size() * sizeof(float));
   CHECK_CUDA(cudaMemset(out.ptr, 0xff, h.q.size() * sizeof(float)));  // NaN
   PrefillAttentionParams p;
@@ -207,6 +233,10 @@ std::vector<float> run_gpu(const HostCache& h) {
   if (c.bits != 0) {
     p.hist_end = he.as<int32_t>();
     p.hist_k = hk.as<uint8_t>(), p.hist_v = hv.as<uint8_t>(), p.hist_blocks = hb.as<int32_t>();
+  }
+  if (!h.coef.empty()) {
+    p.key_bias.coef = coef.as<float>(), p.key_bias.cs_table = cs.as<float>();
+    p.key_bias.inv_freq = inv_freq.as<double>(), p.key_bias.position_scale = c.position_scale;
   }
   p.out = out.as<float>();
   for (int i = 0; i < c.n; ++i) p.max_hist_end = std::max(p.max_hist_end, std::min(h.hist_end[size_t(i)], h.seq_len[size_t(i)]));
@@ -255,7 +285,7 @@ void run_case(const Case& c, uint32_t seed, bool self_check) {
   const std::vector<float> got = run_gpu(h);
   const Compare r = compare(got, reference(h));
   const std::string what = c.name + " t0=" + std::to_string(c.t0) + " n=" + std::to_string(c.n);
-  report(r.ok, "prefill_attention " + what + ": " + describe(r));
+  report(r.ok, "prefill_attention " + what + (c.key_bias ? " [key bias]" : "") + ": " + describe(r));
   if (!self_check) return;
   // The comparison can fail: one key less per row, and the band of keys stored in both
   // forms read in BF16 for one more page (history ends 16 earlier).
@@ -266,6 +296,7 @@ void run_case(const Case& c, uint32_t seed, bool self_check) {
   must_fail(compare(got, reference(h, -1, 0)), "reference without each row's last key");
   if (c.bits == 2 || c.bits == 4)
     must_fail(compare(got, reference(h, 0, -16)), "reference with history ends 16 earlier (where stored)");
+  if (c.key_bias) must_fail(compare(got, reference(h, 0, 0, false)), "reference without the key bias");
 }
 
 void run_param_checks() {
@@ -310,8 +341,14 @@ void run_prefill_attention_tests(uint32_t seed) {
       {"int8 d64 G32 gqa3 S64 W128", 8, 64, 32, 2, 3, 64, 128, 0, 300},
       {"bf16 d64 gqa2", 0, 64, 64, 2, 2, 64, 256, 10, 130},
       {"bf16 d128 gqa4", 0, 128, 128, 2, 4, 64, 256, 600, 256},
+      // --k-bias-split (Qwen2.5-1.5B's GQA 6; a linear position scale; d 64; BF16 only).
+      {"int2 d128 G128 gqa6 S64 W256", 2, 128, 128, 2, 6, 64, 256, 900, 256, true},
+      {"int2 d128 G128 gqa4 S64 W256", 2, 128, 128, 2, 4, 64, 256, 0, 700, true, 0.5},
+      {"int4 d64 G32 gqa2 S16 W64", 4, 64, 32, 2, 2, 16, 64, 100, 77, true},
+      {"bf16 d64 gqa8", 0, 64, 64, 1, 8, 64, 256, 10, 130, true},
   };
-  for (size_t i = 0; i < cases.size(); ++i) run_case(cases[i], seed + uint32_t(i), i < 2 || i == 6);
+  for (size_t i = 0; i < cases.size(); ++i)
+    run_case(cases[i], seed + uint32_t(i), i < 2 || i == 6 || i == cases.size() - 4);
   run_param_checks();
 }
 

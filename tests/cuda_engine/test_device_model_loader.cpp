@@ -41,7 +41,7 @@ KvSpec small_windows(const char* mode) {
   KvSpec s = KvSpec::parse(mode);
   s.sink = 16;
   s.recent = 32;
-  s.k_bias_split = false;  // on by default for int2-oscar; the CUDA cache does not split yet
+  s.k_bias_split = false;  // on by default for int2-oscar: the cases that split say so
   return s;
 }
 
@@ -133,12 +133,19 @@ TEST(DeviceModelLoader, RefusesWhatTheDeviceLacks) {
   }
   Transformer t(test::tiny_model(false, 9, 2, 16));
   EXPECT_THROW(device_model_shape(t.config()), Error);  // head_dim 16
-  Transformer q(bf16_exact_model(true, 9));
+  // --k-bias-split travels as a flag, on where the model has a key bias (the CUDA cache
+  // splits it off like the CPU's); a model without one has nothing to split.
   KvSpec split = small_windows("int2-oscar");
   split.k_bias_split = true;
   const RotationSet rs = random_rotations(2, 64);
+  Transformer q(bf16_exact_model(true, 9)), no_bias(bf16_exact_model(false, 9));
   q.configure_kv(split, &rs);
-  EXPECT_THROW(device_kv_format(q), Error);
+  no_bias.configure_kv(split, &rs);
+  EXPECT_TRUE(device_kv_format(q).k_bias_split);
+  EXPECT_FALSE(device_kv_format(no_bias).k_bias_split);
+  Transformer q_off(bf16_exact_model(true, 9));
+  q_off.configure_kv(small_windows("int2-oscar"), &rs);
+  EXPECT_FALSE(device_kv_format(q_off).k_bias_split);
   // A calibrated key mean (--k-mean) travels as each layer's key shift, in R_K's basis
   // (what Transformer::key_shift holds); --no-k-mean sends none.
   RotationSet meaned = random_rotations(2, 64);
@@ -185,18 +192,27 @@ TEST(DeviceModelLoader, WritesGpuFixtures) {
     const char* name;
     bool qwen2;
     const char* mode;
+    bool k_bias_split = false;  // with a key bias 10x the tiny model's (Qwen2.5's is large)
   };
   for (const Case& c : {Case{"llama_bf16", false, "bf16"}, Case{"qwen2_int2_hadamard", true, "int2-hadamard"},
                         Case{"qwen2_int2_oscar", true, "int2-oscar"}, Case{"llama_int4", false, "int4"},
-                        Case{"llama_int2_oscar_kmean", false, "int2-oscar"}, Case{"llama_int8", false, "int8"}}) {
-    Transformer t(bf16_exact_model(c.qwen2, 11));
+                        Case{"llama_int2_oscar_kmean", false, "int2-oscar"}, Case{"llama_int8", false, "int8"},
+                        Case{"qwen2_int2_oscar_kbias", true, "int2-oscar", true},
+                        Case{"qwen2_bf16_kbias", true, "bf16", true}}) {
+    ModelWeights w = bf16_exact_model(c.qwen2, 11);
+    if (c.k_bias_split)
+      for (LayerWeights& l : w.layers)
+        for (float& b : l.bk) b *= 10.0f;
+    Transformer t(std::move(w));
     RotationSet rs = random_rotations(2, 64);
     if (std::string(c.name).ends_with("kmean"))  // --k-mean: a key shift per layer
       for (LayerRotation& l : rs.layers) l.k_mean = test::random_vector(size_t(2 * 64), 40 + uint64_t(l.layer), -3.0f, 3.0f);
     // R_V stays out of W_v / W_o here: absorbed (in double), the weights would no longer be
     // BF16 values, and the GPU's BF16 copy would differ from the CPU's f32 one by more than
     // the comparison's tolerance. The GPU then rotates v and un-rotates the output itself.
-    t.configure_kv(small_windows(c.mode), &rs, /*absorb_v=*/false);
+    KvSpec spec = small_windows(c.mode);
+    spec.k_bias_split = c.k_bias_split;
+    t.configure_kv(spec, &rs, /*absorb_v=*/false);
     const std::vector<float> r = test::random_vector(120, 12, 0.0f, 49.999f);
     std::vector<int32_t> tokens;
     for (float x : r) tokens.push_back(int32_t(x));
@@ -209,7 +225,7 @@ TEST(DeviceModelLoader, WritesGpuFixtures) {
     std::ifstream in(path, std::ios::binary);
     char magic[8] = {};
     in.read(magic, 8);
-    EXPECT_STREQ(magic, "OSCFIX2");
+    EXPECT_STREQ(magic, "OSCFIX3");
     EXPECT_GT(std::filesystem::file_size(path), 120u * 50u * 4u);
   }
 }

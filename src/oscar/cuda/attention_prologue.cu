@@ -66,6 +66,21 @@ __device__ float rotate_value(float x, float* row, const float* R) {
   return sum;
 }
 
+// --k-bias-split: this thread's coefficient of q'·RoPE(b, t) = Σ_i α_i cos + β_i sin (key_bias.h),
+// from the query after RoPE (x, this thread's element) and the KV head's bias b: the thread
+// holding element a of pair i = (a, b) writes α_i to coef[i], the other β_i to coef[d/2 + i].
+__device__ void key_bias_coef(float x, float* row, int d, bool interleaved, const float* bias, float* coef) {
+  const int e = threadIdx.x, half = d / 2;
+  row[e] = x;
+  __syncthreads();
+  const int i = interleaved ? e / 2 : e % half;
+  const bool first = interleaved ? e % 2 == 0 : e < half;
+  const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+  const float qa = row[a], qb = row[b], ba = bias[a], bb = bias[b];
+  coef[first ? i : half + i] = first ? qa * ba + qb * bb : qb * ba - qa * bb;
+  __syncthreads();  // row is reused
+}
+
 __device__ uint16_t bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 
 // grid (n_heads + n_kv_heads, B), d = kD threads: query heads first, then KV heads (K and V).
@@ -81,6 +96,8 @@ __global__ void prologue_kernel(const AttentionPrologueParams p) {
     float x = p.q[at];
     if (p.q_norm) x = norm_value(x, p.q_norm, d, p.eps, red);
     x = rope_value(x, row, d, angle_pos, p.inv_freq, p.interleaved);
+    if (p.q_coef) key_bias_coef(x, row, d, p.interleaved, p.k_bias + int64_t(h / (p.n_heads / p.n_kv_heads)) * d,
+                                p.q_coef + at - e);
     if (p.rot_k) x = rotate_value<kD>(x, row, p.rot_k);
     p.q_out[at] = x;
     return;
@@ -89,6 +106,9 @@ __global__ void prologue_kernel(const AttentionPrologueParams p) {
   const int64_t at = (int64_t(b) * p.n_kv_heads + kvh) * d + e;
   float k = p.k[at], v = p.v[at];
   if (p.k_norm) k = norm_value(k, p.k_norm, d, p.eps, red);
+  // RoPE is linear: RoPE(k − b_k) = RoPE(k) − RoPE(b_k, t), without the cancellation of
+  // subtracting a large rotated bias afterwards.
+  if (p.k_bias) k -= p.k_bias[kvh * d + e];
   k = rope_value(k, row, d, angle_pos, p.inv_freq, p.interleaved);
   if (p.rot_k) k = rotate_value<kD>(k, row, p.rot_k);
   if (p.k_shift) k -= p.k_shift[kvh * d + e];
@@ -112,6 +132,7 @@ void attention_prologue(const AttentionPrologueParams& p, cudaStream_t stream) {
   if (!p.pos || !p.q || !p.k || !p.v || !p.inv_freq || !p.q_out || !p.fp_k || !p.fp_v || !p.fp_blocks)
     fail(what, "a required pointer is null");
   if (!p.q_norm != !p.k_norm) fail(what, "q_norm and k_norm come together");
+  if (!p.k_bias != !p.q_coef) fail(what, "k_bias and q_coef come together");
   const dim3 grid(unsigned(p.n_heads + p.n_kv_heads), unsigned(p.batch));
   if (p.head_dim == 64)
     prologue_kernel<64><<<grid, 64, 0, stream>>>(p);

@@ -1,7 +1,9 @@
 // The per-token work between the Q/K/V products and decode attention, in one launch: per
 // head, q/k RMSNorm (Qwen3), RoPE, the rotation by R_K (keys and queries) and R_V (values,
 // unless absorbed), the key shift of --k-mean (one vector per KV head, which softmax
-// cancels), and the BF16 write of the token's K and V rows into their fp pages.
+// cancels), the key bias of --k-bias-split (taken out of k before RoPE, its share of the
+// scores left as coefficients per query head: key_bias.h), and the BF16 write of the
+// token's K and V rows into their fp pages.
 // The formulas are those of rmsnorm, rope (elementwise.h) and write_fp_rows (cache_write.h)
 // run one after another; fused, a decode step saves five launches per layer, each of which
 // costs more than its work at small batch (docs/cuda.md).
@@ -37,6 +39,11 @@ struct AttentionPrologueParams {
   uint16_t* fp_v = nullptr;
   const int32_t* fp_blocks = nullptr;  // [B, fp_blocks_stride]: page of token t at [b][t / 16]
   int fp_blocks_stride = 0;
+  // --k-bias-split (both or neither): b_k is subtracted from k after its norm, before RoPE
+  // (so the cached key is k − RoPE(b_k, t)·R_K), and q_coef gets c = (α, β) of each query
+  // head's q' (after RoPE, before R_K) against b_k of its KV head (key_bias.h).
+  const float* k_bias = nullptr;     // [n_kv_heads, d] b_k; null = none
+  float* q_coef = nullptr;           // [B, n_heads, d]
 };
 
 // Checks the parameters (std::runtime_error naming the field) and launches on `stream`.

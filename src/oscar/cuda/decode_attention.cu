@@ -380,8 +380,9 @@ __device__ __forceinline__ void pv_unit_fp(const uint8_t* row, int unit_dim0, in
 // [chunk·chunk_keys, …) of the sequence, or with kWindowsOnly of its BF16 keys alone (sink,
 // then recent window, counted without the history; chunk_keys <= kTile, staged in one
 // go), with the partial written to `slot` of n_slots. gb_log2 = log2(G·bits/8), the bytes
-// (= the run stride P in dims) of one group's codes; for bits = 0 it is log2(d).
-template <int kBits, int kDim, int kMaxGroup, bool kWindowsOnly>
+// (= the run stride P in dims) of one group's codes; for bits = 0 it is log2(d). kBias:
+// p.key_bias is added to each score (--k-bias-split).
+template <int kBits, int kDim, int kMaxGroup, bool kWindowsOnly, bool kBias>
 __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int kvh, int b, int gb_log2, int chunk,
                                              int chunk_keys, int slot, int n_slots) {
   // Window CTAs hold BF16 keys only: one staged tile, with the BF16 unit mapping.
@@ -534,6 +535,11 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
           v = spart[h * kTile + r];
 #pragma unroll
           for (int q = 1; q < Geo::kQkParts; ++q) v += spart[(q * kMaxGroup + h) * kTile + r];
+          if constexpr (kBias) {  // the key's token: a window CTA's row r is its BF16 key i0 + r
+            const int key = i0 + r;
+            const int tok = kWindowsOnly ? (key < hs ? key : he + (key - hs)) : cur.base + r;
+            v += p.key_bias[(head0 + h) * p.key_bias_stride + tok];
+          }
         }
         s[k] = v;
       }
@@ -630,18 +636,19 @@ constexpr int hist_ctas_per_sm(int max_group) { return max_group <= 2 ? 5 : max_
 constexpr int kWindowChunk = kTile;
 
 // BF16-only cache (≈ 80 KB of shared memory, 2 CTAs per SM): the compiler's register choice.
-template <int kDim, int kMaxGroup>
+template <int kDim, int kMaxGroup, bool kBias>
 __global__ void __launch_bounds__(kThreads) decode_chunk_kernel_fp(const DecodeAttentionParams p, int gb_log2,
                                                                    int n_slots) {
-  decode_chunk<0, kDim, kMaxGroup, false>(p, blockIdx.y, blockIdx.z, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x, n_slots);
+  decode_chunk<0, kDim, kMaxGroup, false, kBias>(p, blockIdx.y, blockIdx.z, gb_log2, blockIdx.x, p.chunk_keys,
+                                                 blockIdx.x, n_slots);
 }
 
 // Every key on the CUDA cores (G < d, or tensor_cores = false).
-template <int kBits, int kDim, int kMaxGroup>
+template <int kBits, int kDim, int kMaxGroup, bool kBias>
 __global__ void __launch_bounds__(kThreads, hist_ctas_per_sm(kMaxGroup))
     decode_chunk_kernel_hist(const DecodeAttentionParams p, int gb_log2, int n_slots) {
-  decode_chunk<kBits, kDim, kMaxGroup, false>(p, blockIdx.y, blockIdx.z, gb_log2, blockIdx.x, p.chunk_keys, blockIdx.x,
-                                              n_slots);
+  decode_chunk<kBits, kDim, kMaxGroup, false, kBias>(p, blockIdx.y, blockIdx.z, gb_log2, blockIdx.x, p.chunk_keys,
+                                                     blockIdx.x, n_slots);
 }
 
 // INT2/INT4/INT8 with G = d, one launch so both kinds of CTA overlap: grid (KV head, sequence,
@@ -660,16 +667,16 @@ constexpr int split_ctas_per_sm(int max_group) { return max_group <= 4 ? 4 : 3; 
 template <int kMaxGroup>
 constexpr int kHistPair = kMaxGroup == 4 ? 2 : 1;
 
-template <int kBits, int kDim, int kMaxGroup>
+template <int kBits, int kDim, int kMaxGroup, bool kBias>
 __global__ void __launch_bounds__(kThreads, split_ctas_per_sm(kMaxGroup))
     decode_split_kernel(const DecodeAttentionParams p, int gb_log2, int n_window_slots, int n_slots) {
   const int kvh = blockIdx.x, b = blockIdx.y, n_hist_slots = n_slots - n_window_slots;
   if (int(blockIdx.z) < n_hist_slots) {
     const int chunk = blockIdx.z;
-    decode_history_mma<kBits, kDim, kHistPair<kMaxGroup>>(p, kvh, b, chunk, n_window_slots + chunk, n_slots);
+    decode_history_mma<kBits, kDim, kHistPair<kMaxGroup>, kBias>(p, kvh, b, chunk, n_window_slots + chunk, n_slots);
   } else {
     const int w = int(blockIdx.z) - n_hist_slots;
-    decode_chunk<kBits, kDim, kMaxGroup, true>(p, kvh, b, gb_log2, w, kWindowChunk, w, n_slots);
+    decode_chunk<kBits, kDim, kMaxGroup, true, kBias>(p, kvh, b, gb_log2, w, kWindowChunk, w, n_slots);
   }
   // The merge kernel may be scheduled as this grid's last CTAs finish (see launch): its
   // launch then overlaps their tail instead of following it. At the start of each CTA
@@ -794,6 +801,8 @@ void check_params(const DecodeAttentionParams& p) {
   need(p.q && p.seq_len && p.fp_k && p.fp_v && p.fp_blocks && p.out, "a required pointer is null");
   need(aligned16(p.fp_k) && aligned16(p.fp_v), "fp pools must be 16-byte aligned");
   need(p.max_seq_len == 0 || p.workspace, "workspace is null");
+  need(!p.key_bias || p.key_bias_stride >= p.max_seq_len,
+       "key_bias_stride " + std::to_string(p.key_bias_stride) + " < max_seq_len " + std::to_string(p.max_seq_len));
 }
 
 // Above 48 KB a kernel must opt in to dynamic shared memory (once per process and kernel:
@@ -815,20 +824,21 @@ constexpr size_t split_smem_bytes() {
 
 // CTAs of the tensor-core split kernel one SM holds (registers and shared memory limit it);
 // 0 when the runtime cannot tell.
+// (The kernel without the key bias: the chunk size does not depend on it.)
 template <int kBits, int kDim, int kMaxGroup>
 int split_ctas_per_sm() {
   constexpr size_t kSmem = split_smem_bytes<kBits, kDim, kMaxGroup>();
-  allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup>>(kSmem);  // else > 48 KB reads as 0 CTAs
+  constexpr auto kKernel = decode_split_kernel<kBits, kDim, kMaxGroup, false>;
+  allow_smem<kKernel>(kSmem);  // else > 48 KB reads as 0 CTAs
   int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<kBits, kDim, kMaxGroup>, kThreads, kSmem) !=
-      cudaSuccess) {
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, kThreads, kSmem) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
   return n;
 }
 
-template <int kBits, int kDim, int kMaxGroup>
+template <int kBits, int kDim, int kMaxGroup, bool kBias>
 void launch(const DecodeAttentionParams& p, cudaStream_t stream) {
   using Geo = Geometry<kBits, kDim, kMaxGroup>;
   const SlotCounts slots = slot_counts(p);
@@ -839,20 +849,20 @@ void launch(const DecodeAttentionParams& p, cudaStream_t stream) {
     if constexpr (kBits != 0) {
       if (uses_split(p)) {
         constexpr size_t kSmem = split_smem_bytes<kBits, kDim, kMaxGroup>();
-        allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup>>(kSmem);
+        allow_smem<decode_split_kernel<kBits, kDim, kMaxGroup, kBias>>(kSmem);
         const dim3 split_grid(unsigned(p.n_kv_heads), unsigned(p.batch), unsigned(n_slots));
-        decode_split_kernel<kBits, kDim, kMaxGroup>
+        decode_split_kernel<kBits, kDim, kMaxGroup, kBias>
             <<<split_grid, kThreads, kSmem, stream>>>(p, gb_log2, int(slots.window), n_slots);
         check_cuda(cudaGetLastError(), "decode_split_kernel launch");
       }
     }
     if (!uses_split(p)) {
       if constexpr (kBits == 0) {
-        allow_smem<decode_chunk_kernel_fp<kDim, kMaxGroup>>(Geo::kSmemBytes);
-        decode_chunk_kernel_fp<kDim, kMaxGroup><<<grid, kThreads, Geo::kSmemBytes, stream>>>(p, gb_log2, n_slots);
+        allow_smem<decode_chunk_kernel_fp<kDim, kMaxGroup, kBias>>(Geo::kSmemBytes);
+        decode_chunk_kernel_fp<kDim, kMaxGroup, kBias><<<grid, kThreads, Geo::kSmemBytes, stream>>>(p, gb_log2, n_slots);
       } else {
-        allow_smem<decode_chunk_kernel_hist<kBits, kDim, kMaxGroup>>(Geo::kSmemBytes);
-        decode_chunk_kernel_hist<kBits, kDim, kMaxGroup>
+        allow_smem<decode_chunk_kernel_hist<kBits, kDim, kMaxGroup, kBias>>(Geo::kSmemBytes);
+        decode_chunk_kernel_hist<kBits, kDim, kMaxGroup, kBias>
             <<<grid, kThreads, Geo::kSmemBytes, stream>>>(p, gb_log2, n_slots);
       }
       check_cuda(cudaGetLastError(), "decode_chunk_kernel launch");
@@ -874,13 +884,20 @@ void launch(const DecodeAttentionParams& p, cudaStream_t stream) {
   check_cuda(cudaLaunchKernelEx(&config, decode_merge_kernel<kDim>, p, n_slots), "decode_merge_kernel launch");
 }
 
+// The key bias is a template flag, so that kernels without it stay as they were.
+template <int kBits, int kDim, int kMaxGroup>
+void dispatch_bias(const DecodeAttentionParams& p, cudaStream_t stream) {
+  if (p.key_bias) return launch<kBits, kDim, kMaxGroup, true>(p, stream);
+  return launch<kBits, kDim, kMaxGroup, false>(p, stream);
+}
+
 template <int kBits, int kDim>
 void dispatch_group(const DecodeAttentionParams& p, cudaStream_t stream) {
   const int group = p.n_heads / p.n_kv_heads;  // padded up to a power of two
-  if (group == 1) return launch<kBits, kDim, 1>(p, stream);
-  if (group == 2) return launch<kBits, kDim, 2>(p, stream);
-  if (group <= 4) return launch<kBits, kDim, 4>(p, stream);
-  return launch<kBits, kDim, 8>(p, stream);
+  if (group == 1) return dispatch_bias<kBits, kDim, 1>(p, stream);
+  if (group == 2) return dispatch_bias<kBits, kDim, 2>(p, stream);
+  if (group <= 4) return dispatch_bias<kBits, kDim, 4>(p, stream);
+  return dispatch_bias<kBits, kDim, 8>(p, stream);
 }
 
 template <int kBits>

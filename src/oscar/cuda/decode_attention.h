@@ -58,6 +58,12 @@ struct DecodeAttentionParams {
 
   float* workspace = nullptr;  // decode_attention_workspace_bytes(*this) bytes (split-KV partials)
   float* out = nullptr;        // [B, n_heads, d] f32
+
+  // --k-bias-split: the key bias's share of each score, added to the score of key t for
+  // query head h of sequence b, in the kernels' log2 units (q·a_t·log2(e)/√d, from
+  // key_bias_scores) and in f32 on every path; null = none (kernels compiled without it).
+  const float* key_bias = nullptr;  // [B, n_heads, key_bias_stride]
+  int64_t key_bias_stride = 0;      // ≥ max_seq_len
 };
 
 // Bytes of one packed history row: d·bits/8 code bytes + 4 bytes (fp16 scale, zero) per group.

@@ -184,7 +184,8 @@ __device__ __forceinline__ void write_empty_partial(const DecodeAttentionParams&
 // History rows [chunk·chunk_keys, …) of sequence b, KV head kvh (row r is token S + r);
 // partial written to `slot` of n_slots.
 // kPair = 2 (GQA ≤ 4 only) processes slabs in pairs, the second against q' in columns 4–7.
-template <int kBits, int kDim, int kPair>
+// kBias: p.key_bias (f32, log2 units) is added to each score (--k-bias-split).
+template <int kBits, int kDim, int kPair, bool kBias>
 __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int b, int chunk, int slot, int n_slots) {
   using M = MmaGeometry<kBits, kDim>;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -379,6 +380,19 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
     const int row_base = step_row(step);
 #pragma unroll
     for (int j = 0; j < kGroups; ++j) {
+      // The key bias of this thread's rows g, g + 8 of its slab and heads hb, hb + 1
+      // (token S + row), loaded before the MMAs so that the loads overlap them.
+      [[maybe_unused]] float kbias[2][2] = {};
+      if constexpr (kBias) {
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const int r = row_base + (kPair * j + ls) * M::kSlabRows + g + 8 * rr;
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh)
+            if ((kFull || r < r1) && hb + hh < group)
+              kbias[rr][hh] = p.key_bias[(head0 + hb + hh) * p.key_bias_stride + p.sink + r];
+        }
+      }
       // Two accumulators halve the chain of dependent MMAs: one per slab of a pair, or
       // alternate k-blocks of a single slab (integers: the high and low bytes of q').
       int ci[kPair][2][4] = {};  // integers: per slab, the sums against the high and low bytes of q'
@@ -440,7 +454,8 @@ __device__ void decode_history_mma(const DecodeAttentionParams& p, int kvh, int 
         const float s = half_lo(sz), zs = s * half_hi(sz);
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          const float v = fmaf(s * c[2 * rr + hh], qa[hh], -zs * qz[hh]);
+          float v = fmaf(s * c[2 * rr + hh], qa[hh], -zs * qz[hh]);
+          if constexpr (kBias) v += kbias[rr][hh];  // (+ 0 is no identity in IEEE: kept out of the plain walk)
           sc[j][2 * rr + hh] = valid[j][rr] ? v : -INFINITY;
         }
       }

@@ -12,6 +12,7 @@
 #include "oscar/cuda/cache_write.h"
 #include "oscar/cuda/decode_attention.h"
 #include "oscar/cuda/elementwise.h"
+#include "oscar/cuda/key_bias.h"
 #include "oscar/cuda/prefill_attention.h"
 #include "oscar/cuda/host_checks.h"
 
@@ -109,6 +110,7 @@ DeviceModel::DeviceModel(const ModelShape& shape, const KvFormat& kv, const KvCa
   max_seqs_ = limits.max_seqs;
   prefill_chunk_ = limits.prefill_chunk;
   max_rows_ = std::max(max_seqs_, prefill_chunk_);
+  key_bias_split_ = kv.k_bias_split && shape.qkv_bias;
   logits_rows_ = std::max(max_seqs_, std::min(prefill_chunk_, limits.prefill_logits_rows));
   const int widest = std::max({shape.n_embd, shape.n_heads * shape.head_dim, shape.n_ff});
   linear_ = std::make_unique<Linear>(stream_, size_t(max_rows_) * size_t(widest));
@@ -241,6 +243,7 @@ DeviceModel::~DeviceModel() {
   if (h_inputs_) cudaFreeHost(h_inputs_);
   if (attn_workspace_) cudaFree(attn_workspace_);
   if (prefill_scratch_) cudaFree(prefill_scratch_);
+  if (key_bias_scores_) cudaFree(key_bias_scores_);
   linear_.reset();
   cache_.reset();
   if (stream_) cudaStreamDestroy(stream_);
@@ -257,6 +260,12 @@ void DeviceModel::allocate_weights() {
   inv_freq_ = mem.allocate_array<double>(hd / 2, "rope frequencies");
   check_cuda(cudaMemcpy(inv_freq_, s.rope_inv_freq.data(), hd / 2 * sizeof(double), cudaMemcpyHostToDevice),
              "uploading rope frequencies");
+  if (key_bias_split_) {
+    const std::vector<float> cs = key_bias_cs_table(s.rope_inv_freq, s.rope_position_scale);
+    key_bias_cs_ = mem.allocate_array<float>(cs.size(), "key bias cos/sin table");
+    check_cuda(cudaMemcpy(key_bias_cs_, cs.data(), cs.size() * sizeof(float), cudaMemcpyHostToDevice),
+               "uploading the key bias cos/sin table");
+  }
   for (int l = 0; l < s.n_layers; ++l) {
     const std::string p = "layer " + std::to_string(l) + " ";
     LayerPtrs d{};
@@ -312,6 +321,7 @@ void DeviceModel::allocate_activations() {
   v_ = f32(kvd, "activations");
   gate_ = f32(size_t(s.n_ff), "activations");
   up_ = f32(size_t(s.n_ff), "activations");
+  if (key_bias_split_) key_bias_coef_ = f32(qd, "key bias coefficients");
   logits_ = mem.allocate_array<float>(size_t(logits_rows_) * size_t(s.n_vocab), "logits");
   h16_ = mem.allocate_array<uint16_t>(b * size_t(s.n_embd), "activations");
   gate16_ = mem.allocate_array<uint16_t>(b * size_t(s.n_ff), "activations");
@@ -403,11 +413,15 @@ void DeviceModel::ensure_workspace(int rows, int64_t bound) {
     p.chunk_keys = decode_attention_default_chunk(p, n_sm_);
     need = std::max(need, decode_attention_workspace_bytes(p));
   }
-  if (need <= attn_workspace_bytes_) return;
+  // The decode kernels' key-bias scores: rows × heads × the key bound.
+  const size_t need_bias = key_bias_split_ ? size_t(rows) * size_t(shape_.n_heads) * size_t(bound) * sizeof(float) : 0;
+  if (need <= attn_workspace_bytes_ && need_bias <= key_bias_scores_bytes_) return;
   // A larger workspace moves it: graphs captured with the old one are dropped.
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
   graphs_.clear();
-  regrow(&attn_workspace_, &attn_workspace_bytes_, need, "attention workspace");
+  if (need > attn_workspace_bytes_) regrow(&attn_workspace_, &attn_workspace_bytes_, need, "attention workspace");
+  if (need_bias > key_bias_scores_bytes_)
+    regrow(&key_bias_scores_, &key_bias_scores_bytes_, need_bias, "key bias scores");
 }
 
 // A power-of-two bound on the keys sizes the attention grid (and keys the graphs); plain
@@ -563,6 +577,9 @@ void DeviceModel::layer(int l, int batch, int64_t bound) {
   pp.q_norm = s.qk_norm ? w.q_norm : nullptr, pp.k_norm = s.qk_norm ? w.k_norm : nullptr, pp.eps = s.rms_eps;
   pp.inv_freq = inv_freq_, pp.position_scale = s.rope_position_scale, pp.interleaved = s.rope_interleaved;
   pp.rot_k = w.rot_k, pp.rot_v = w.rot_v, pp.k_shift = w.k_shift, pp.q_out = q_rot_;
+  // --k-bias-split: k without b_k, and each query head's coefficients of its bias scores.
+  const bool key_bias = key_bias_split_ && w.bk;
+  if (key_bias) pp.k_bias = w.bk, pp.q_coef = key_bias_coef_;
   pp.fp_k = c.fp_k(l), pp.fp_v = c.fp_v(l), pp.fp_blocks = fp_blocks_, pp.fp_blocks_stride = c.fp_stride();
   attention_prologue(pp, stream_);
   if (bits != 0 && !demote_hoisted_) {
@@ -580,6 +597,10 @@ void DeviceModel::layer(int l, int batch, int64_t bound) {
     fa.fp_k = c.fp_k(l), fa.fp_v = c.fp_v(l), fa.fp_blocks = fp_blocks_;
     if (bits != 0) fa.hist_k = c.hist_k(l), fa.hist_v = c.hist_v(l), fa.hist_blocks = hist_blocks_;
     fa.max_hist_end = prefill_hist_end_, fa.scratch = prefill_scratch_;
+    if (key_bias) {
+      fa.key_bias.coef = key_bias_coef_, fa.key_bias.cs_table = key_bias_cs_;
+      fa.key_bias.inv_freq = inv_freq_, fa.key_bias.position_scale = s.rope_position_scale;
+    }
     fa.out = att_;
     prefill_attention(fa, stream_);
   } else {
@@ -594,6 +615,15 @@ void DeviceModel::layer(int l, int batch, int64_t bound) {
     if (bits != 0) {
       ap.hist_k = c.hist_k(l), ap.hist_v = c.hist_v(l), ap.hist_blocks = hist_blocks_;
       ap.hist_blocks_stride = c.hist_stride();
+    }
+    if (key_bias) {  // every key's q·a_t, in f32, for the kernels to add
+      KeyBiasScoresParams kb;
+      kb.batch = batch, kb.n_heads = s.n_heads, kb.head_dim = d;
+      kb.coef = key_bias_coef_, kb.seq_len = seq_len_;
+      kb.inv_freq = inv_freq_, kb.position_scale = s.rope_position_scale, kb.cs_table = key_bias_cs_;
+      kb.max_seq_len = bound, kb.out = key_bias_scores_, kb.out_stride = bound;
+      key_bias_scores(kb, stream_);
+      ap.key_bias = key_bias_scores_, ap.key_bias_stride = bound;
     }
     ap.workspace = attn_workspace_, ap.out = att_;
     decode_attention(ap, stream_);

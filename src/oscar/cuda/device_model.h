@@ -159,6 +159,14 @@ class DeviceModel {
   Matrix output_;
   float* output_norm_ = nullptr;
   double* inv_freq_ = nullptr;
+  // --k-bias-split (KvFormat::k_bias_split on a model with a key bias): the cs(j) table
+  // [64, d], the prologue's coefficients [max_rows_, n_heads, d] and the decode kernels'
+  // bias scores [rows, n_heads, key bound] (key_bias.h).
+  bool key_bias_split_ = false;
+  float* key_bias_cs_ = nullptr;
+  float* key_bias_coef_ = nullptr;
+  float* key_bias_scores_ = nullptr;
+  size_t key_bias_scores_bytes_ = 0;
 
   // Per-step inputs (device, fixed addresses so graphs can replay them) and their host
   // staging: ids, positions, lengths after the step, history ends, demotion ranges.

@@ -7,6 +7,8 @@
 // whichever source each (row, key) reads, runs the online softmax in base 2 and adds P·V
 // per source, P split by the same choice. q is pre-scaled by log2(e)/√d before rounding.
 // History rows are dequantized to BF16 once per launch (a scratch), not once per query tile.
+// With --k-bias-split (kBias) each score also gets the key bias's share c·cs(t), in f32 on
+// the CUDA cores from the rows' coefficients and the tile's cs rows (key_bias.h).
 #include "oscar/cuda/prefill_attention.h"
 
 #include <algorithm>
@@ -22,6 +24,7 @@
 #include "oscar/cuda/decode_attention.h"
 #include "oscar/cuda/device_primitives.cuh"
 #include "oscar/cuda/host_checks.h"
+#include "oscar/cuda/key_bias.cuh"
 
 namespace oscar::cuda {
 namespace {
@@ -41,11 +44,16 @@ constexpr int kMaxGroup = 8;
 
 // Shared-memory tiles: [kKeys][kDim + 8] BF16 each (the 16-byte pad spreads the rows that
 // ldmatrix reads together over all banks).
+// With the key bias, f32 regions follow: the rows' coefficients [kRows][d + 4], the tile's
+// cs rows [kKeys][d + 4] and the anchor cs(j0) [d].
 template <int kDim>
 struct Tiles {
   static constexpr int kStride = kDim + 8;
   static constexpr int kElems = kKeys * kStride;
   static constexpr size_t bytes(int bits) { return size_t(bits == 0 ? 2 : 4) * kElems * sizeof(uint16_t); }
+  static constexpr int kBiasStride = detail::kKeyBiasRowStride<kDim>;
+  static constexpr size_t kBiasBytes = (size_t(kRows + kKeys) * kBiasStride + kDim) * sizeof(float);
+  static_assert(kKeys == kKeyBiasBlock, "a key tile is one block of the key bias");
 };
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -76,7 +84,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], unsigned add
 // row of the CTA reads in BF16, whose rows may be stale) and released pages become zeros,
 // so that P·V never meets a NaN.
 template <int kDim>
-__device__ void load_fp_tile(const PrefillAttentionParams& p, int kvh, int j0, int sink, int lo, int hi,
+__device__ void load_fp_tile(const PrefillAttentionInputs& p, int kvh, int j0, int sink, int lo, int hi,
                              uint16_t* s_k, uint16_t* s_v) {
   constexpr int kChunks = kDim / 8;  // 16-byte pieces per row
   for (int i = threadIdx.x; i < kKeys * kChunks; i += kThreads) {
@@ -117,7 +125,7 @@ __device__ __forceinline__ uint2 dequantize4(const uint8_t* row, int dim0, int g
 // into the scratch ([2][n_kv][rows][d] BF16), so that every query tile reads them like
 // BF16 rows instead of dequantizing them again. A row is d/4 lanes; missing pages give zeros.
 template <int kDim, int kBits>
-__global__ void __launch_bounds__(256) dequantize_history_kernel(const PrefillAttentionParams p, int rows) {
+__global__ void __launch_bounds__(256) dequantize_history_kernel(const PrefillAttentionInputs p, int rows) {
   constexpr int kLanesPerRow = kDim / 4, kRowsPerBlock = 256 / kLanesPerRow;
   const int x = blockIdx.x * kRowsPerBlock + int(threadIdx.x) / kLanesPerRow, kvh = blockIdx.y;
   if (x >= rows) return;
@@ -138,7 +146,7 @@ __global__ void __launch_bounds__(256) dequantize_history_kernel(const PrefillAt
 
 // History keys [j0, j0 + 64) ∩ [S, hi) from the scratch into tiles; other keys become zeros.
 template <int kDim>
-__device__ void load_hist_tile(const PrefillAttentionParams& p, int kvh, int j0, int sink, int hi, int rows,
+__device__ void load_hist_tile(const PrefillAttentionInputs& p, int kvh, int j0, int sink, int hi, int rows,
                                uint16_t* s_k, uint16_t* s_v) {
   constexpr int kChunks = kDim / 8;
   const size_t plane = size_t(p.n_kv_heads) * rows * kDim;
@@ -186,13 +194,39 @@ __device__ __forceinline__ void add_pv(const uint32_t (&pa)[4][4], const uint16_
   }
 }
 
-template <int kDim, int kBits>
-__global__ void __launch_bounds__(kThreads) prefill_attention_kernel(const PrefillAttentionParams p) {
+// This thread's key-bias scores for one tile, added to s: rows g and g + 8 of the warp (their
+// coefficients, pre-scaled to log2 units, at c0 and c0 + 8 rows) against keys nt·8 + 2c + e
+// (cs rows in cs), d multiply-adds each in f32.
+template <int kDim>
+__device__ __forceinline__ void add_key_bias(const float* c0, const float* cs, float (&s)[8][4]) {
+  constexpr int kStride = Tiles<kDim>::kBiasStride;
+  const int c = threadIdx.x % 4;
+#pragma unroll 2
+  for (int k = 0; k < kDim; k += 4) {
+    const float4 a0 = *reinterpret_cast<const float4*>(c0 + k), a1 = *reinterpret_cast<const float4*>(c0 + 8 * kStride + k);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float4 x = *reinterpret_cast<const float4*>(cs + (nt * 8 + 2 * c + e) * kStride + k);
+        s[nt][e] = fmaf(a0.x, x.x, fmaf(a0.y, x.y, fmaf(a0.z, x.z, fmaf(a0.w, x.w, s[nt][e]))));
+        s[nt][2 + e] = fmaf(a1.x, x.x, fmaf(a1.y, x.y, fmaf(a1.z, x.z, fmaf(a1.w, x.w, s[nt][2 + e]))));
+      }
+  }
+}
+
+template <int kDim, int kBits, bool kBias>
+__global__ void __launch_bounds__(kThreads) prefill_attention_kernel(const PrefillAttentionInputs p,
+                                                                    const PrefillKeyBias kb) {
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* s_kf = smem;
   uint16_t* s_vf = smem + Tiles<kDim>::kElems;
   uint16_t* s_kh = smem + 2 * Tiles<kDim>::kElems;  // history tiles (kBits != 0)
   uint16_t* s_vh = smem + 3 * Tiles<kDim>::kElems;
+  // Key bias (kBias): after the tiles.
+  float* s_coef = reinterpret_cast<float*>(smem + (kBits == 0 ? 2 : 4) * Tiles<kDim>::kElems);
+  float* s_cs = s_coef + kRows * Tiles<kDim>::kBiasStride;
+  float* s_anchor = s_cs + kKeys * Tiles<kDim>::kBiasStride;
   __shared__ int s_bounds[4];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
@@ -252,6 +286,16 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(const Prefi
     }
   }
 
+  if constexpr (kBias) {
+    // The rows' key-bias coefficients, in the scores' log2 units (zeros for rows past the
+    // launch); read after the first tile's barriers.
+    for (int i = threadIdx.x; i < kRows * kDim; i += kThreads) {
+      const int row = i / kDim, k = i % kDim, tok = row / gqa;
+      const float v = tok < n_tok ? kb.coef[(size_t(tok0 + tok) * p.n_heads + kvh * gqa + row % gqa) * kDim + k] : 0.0f;
+      s_coef[row * Tiles<kDim>::kBiasStride + k] = v * qscale;
+    }
+  }
+
   float o[kDim / 8][4];
 #pragma unroll
   for (int i = 0; i < kDim / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
@@ -264,6 +308,10 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(const Prefi
     if (need_fp) load_fp_tile<kDim>(p, kvh, j0, sink, fp_lo, len_max, s_kf, s_vf);
     if (need_hist) load_hist_tile<kDim>(p, kvh, j0, sink, hist_hi, scratch_rows, s_kh, s_vh);
     cp_async_commit();
+    // The tile's cs rows while the copies fly (its barriers also order them after the
+    // previous tile's reads).
+    if constexpr (kBias)
+      detail::key_bias_block_cs<kDim, kThreads>(j0, kb.inv_freq, kb.position_scale, kb.cs_table, s_anchor, s_cs);
     cp_async_wait<0>();
     __syncthreads();
     if (j0 >= warp_len) continue;  // causal: no row of this warp reaches the tile
@@ -284,6 +332,7 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(const Prefi
           if (j >= sink && j < row_hist[r]) s[nt][e] = sh[nt][e];
         }
     }
+    if constexpr (kBias) add_key_bias<kDim>(s_coef + (warp * 16 + g) * Tiles<kDim>::kBiasStride, s_cs, s);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -380,12 +429,13 @@ void check_params(const PrefillAttentionParams& p) {
   need(p.sink >= 0, "sink " + std::to_string(p.sink) + " < 0");
   need(p.q && p.seq_len && p.fp_k && p.fp_v && p.fp_blocks && p.out, "a required pointer is null");
   need(aligned16(p.fp_k) && aligned16(p.fp_v), "fp pools must be 16-byte aligned");
+  need(!p.key_bias.coef || (p.key_bias.cs_table && p.key_bias.inv_freq), "key_bias.coef needs cs_table and inv_freq");
 }
 
-template <int kDim, int kBits>
+template <int kDim, int kBits, bool kBias>
 void launch(const PrefillAttentionParams& p, cudaStream_t stream) {
-  const size_t smem = Tiles<kDim>::bytes(kBits);
-  constexpr auto kernel = prefill_attention_kernel<kDim, kBits>;
+  const size_t smem = Tiles<kDim>::bytes(kBits) + (kBias ? Tiles<kDim>::kBiasBytes : 0);
+  constexpr auto kernel = prefill_attention_kernel<kDim, kBits, kBias>;
   // Above 48 KB a kernel must opt in (once per instantiation).
   static const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -395,23 +445,23 @@ void launch(const PrefillAttentionParams& p, cudaStream_t stream) {
     if (rows > 0) {
       constexpr int kRowsPerBlock = 256 / (kDim / 4);
       const dim3 dgrid(unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(p.n_kv_heads));
-      dequantize_history_kernel<kDim, kBits><<<dgrid, 256, 0, stream>>>(p, rows);
+      dequantize_history_kernel<kDim, kBits><<<dgrid, 256, 0, stream>>>(p, rows);  // (the inputs: a slice of p)
       detail::check_launch("prefill_attention (history dequantization)");
     }
   }
   const int tokens_per_cta = kRows / (p.n_heads / p.n_kv_heads);
   const dim3 grid(unsigned((p.n_tokens + tokens_per_cta - 1) / tokens_per_cta), unsigned(p.n_kv_heads));
-  kernel<<<grid, kThreads, smem, stream>>>(p);
+  kernel<<<grid, kThreads, smem, stream>>>(p, p.key_bias);
   detail::check_launch("prefill_attention");
 }
 
-template <int kDim>
+template <int kDim, bool kBias>
 void launch_bits(const PrefillAttentionParams& p, cudaStream_t stream) {
   switch (p.bits) {
-    case 0: return launch<kDim, 0>(p, stream);
-    case 2: return launch<kDim, 2>(p, stream);
-    case 4: return launch<kDim, 4>(p, stream);
-    default: return launch<kDim, 8>(p, stream);
+    case 0: return launch<kDim, 0, kBias>(p, stream);
+    case 2: return launch<kDim, 2, kBias>(p, stream);
+    case 4: return launch<kDim, 4, kBias>(p, stream);
+    default: return launch<kDim, 8, kBias>(p, stream);
   }
 }
 
@@ -424,8 +474,9 @@ size_t prefill_attention_scratch_bytes(const PrefillAttentionParams& p) {
 void prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
   check_params(p);
   if (p.n_tokens == 0) return;
-  if (p.head_dim == 64) return launch_bits<64>(p, stream);
-  return launch_bits<128>(p, stream);
+  // The key bias is a template flag, so that kernels without it stay as they were.
+  if (p.key_bias.coef) return p.head_dim == 64 ? launch_bits<64, true>(p, stream) : launch_bits<128, true>(p, stream);
+  return p.head_dim == 64 ? launch_bits<64, false>(p, stream) : launch_bits<128, false>(p, stream);
 }
 
 }  // namespace oscar::cuda

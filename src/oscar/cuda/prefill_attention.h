@@ -15,8 +15,10 @@
 
 namespace oscar::cuda {
 
-// Everything one launch reads and writes. Device pointers unless noted.
-struct PrefillAttentionParams {
+// The queries and the cache: what the kernels take by value. Kept at 128 bytes: with a larger
+// by-value parameter the compiler loads every field through the parameter's address, and
+// the kernels without the key bias would change (their PTX is the same as before it).
+struct PrefillAttentionInputs {
   int n_tokens = 0;    // query tokens (rows of q and out)
   int n_heads = 0;     // query heads; n_heads / n_kv_heads must be 1..8
   int n_kv_heads = 0;
@@ -46,6 +48,22 @@ struct PrefillAttentionParams {
   uint16_t* scratch = nullptr;
 
   float* out = nullptr;  // [n_tokens, n_heads, d] f32
+};
+static_assert(sizeof(PrefillAttentionInputs) <= 128, "the kernels' by-value parameter outgrew 128 bytes");
+
+// --k-bias-split: the key bias's share of each score, c·cs(t) with c = (α, β) of the row's
+// query (key_bias.h), computed per key tile in f32 on the CUDA cores and added to the
+// tensor-core score. A second kernel argument, so that the first keeps its size.
+struct PrefillKeyBias {
+  const float* coef = nullptr;      // [n_tokens, n_heads, d] (AttentionPrologueParams::q_coef); null = none
+  const float* cs_table = nullptr;  // [d, 64] cs(j) for j < 64 (key_bias_cs_table)
+  const double* inv_freq = nullptr; // [d / 2] RoPE frequencies, for cs(t) of each tile's first key
+  double position_scale = 1.0;
+};
+
+// Everything one launch reads and writes. Device pointers unless noted.
+struct PrefillAttentionParams : PrefillAttentionInputs {
+  PrefillKeyBias key_bias;  // null key_bias.coef: none (kernels compiled without it)
 };
 
 // Bytes of the scratch: 2 · n_kv_heads · max(max_hist_end − S, 0) · d BF16 (0 when bits = 0).

@@ -71,11 +71,11 @@ cuda::KvFormat device_kv_format(const Transformer& t) {
   const KvSpec& spec = t.kv_spec();
   const ModelConfig& c = t.config();
   if (spec.dtype != KvDtype::bf16) fail("--device cuda: the KV cache must be bf16 (not {})", spec.mode);
-  if (spec.k_bias_split && c.qkv_bias)
-    fail("--device cuda: --k-bias-split is not supported by the CUDA cache yet (add --no-k-bias-split)");
   // The prologue subtracts one shift after R_K but has no per-channel scale of q and k yet.
   if (spec.k_scale) fail("--k-scale is not supported on --device cuda yet");
   cuda::KvFormat f;
+  // The layers with a key bias cache k − RoPE(b_k, t)·R_K and add q·a_t back (key_bias.h).
+  f.k_bias_split = spec.k_bias_split && c.qkv_bias;
   f.sink = spec.sink;
   f.window = spec.recent;
   f.group = std::min(spec.group, c.head_dim);
