@@ -6,7 +6,8 @@
 # OSCAR_KV_MODES overrides the list ("int4+k-bias-split" / "int2-oscar+no-k-bias-split" /
 # "int2-oscar+no-k-mean" / "int2-oscar+k-scale" add that flag; "int2-oscar@DIR" uses the rotations in DIR, e.g. ones from `oscar rotations
 # tune`, and is labelled with DIR's name); the BF16 base run is stored once per model, ctx
-# and chunk count under $OSCAR_CACHE/kld/ and reused.
+# and chunk count under $OSCAR_CACHE/kld/ and reused. OSCAR_PPL_ARGS adds arguments to every
+# `oscar ppl` run, base included (e.g. "--device cuda"; the base is then stored apart).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/../scripts/env.sh"
@@ -19,11 +20,14 @@ if [[ -z "$rot" ]]; then
   [[ -f "$rot/manifest.json" ]] || "$bin" calibrate -m "$model" -f "$OSCAR_CALIB_TEXT" --tokens 20000 --prompts 40 -o "$rot"
 fi
 mkdir -p "$OSCAR_CACHE/kld"
-base="$OSCAR_CACHE/kld/${name}_$(basename "$OSCAR_EVAL_TEXT" .txt)_c${ctx}_n${chunks}.bin"
+read -r -a ppl_args <<<"${OSCAR_PPL_ARGS:-}"
+args_tag=""
+[[ ${#ppl_args[@]} -eq 0 ]] || args_tag="_$(tr -c 'a-zA-Z0-9' '_' <<<"${ppl_args[*]}" | sed 's/_*$//')"
+base="$OSCAR_CACHE/kld/${name}_$(basename "$OSCAR_EVAL_TEXT" .txt)_c${ctx}_n${chunks}${args_tag}.bin"
 base_log=""
 if [[ ! -f "$base" ]]; then
   base_log="$("$bin" ppl -m "$model" -f "$OSCAR_EVAL_TEXT" -c "$ctx" --chunks "$chunks" --kv bf16 \
-              --kl-divergence-base "$base.tmp" 2>&1)" || { echo "$base_log" | tail -3; exit 1; }
+              "${ppl_args[@]}" --kl-divergence-base "$base.tmp" 2>&1)" || { echo "$base_log" | tail -3; exit 1; }
   mv "$base.tmp" "$base"
 fi
 commit="$(git -C "$here/.." rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -54,7 +58,7 @@ for kv in $modes; do
       esac
     done
     log="$("$bin" ppl -m "$model" -c "$ctx" --chunks "$chunks" --kv "$base_kv" "${extra[@]}" \
-           --rotations "$mode_rot" --kl-divergence-base "$base" --kl-divergence 2>&1)" || { echo "$log" | tail -3; exit 1; }
+           --rotations "$mode_rot" "${ppl_args[@]}" --kl-divergence-base "$base" --kl-divergence 2>&1)" || { echo "$log" | tail -3; exit 1; }
     ppl="$(field 'Mean PPL(Q)' 1)"
   fi
   ppl_err="$(sed -n 's/^Final estimate: .* = [0-9.]* +\/- \([0-9.]*\).*/\1/p' <<<"$log")"
@@ -69,4 +73,4 @@ for kv in $modes; do
     "$kv" "$ctx" "$chunks" "$bits" "$ppl" "$ppl_err" "$ratio" "$ratio_err" "$kld" "$kld_err" "$kld99" "$top1" >> "$out.json"
 done
 printf '\n]\n' >> "$out.json"
-echo "model $name, text $(basename "$OSCAR_EVAL_TEXT"), $chunks chunk(s) of $ctx, rotations $rot, commit $commit, $(date -u +%F)" >> "$out.md"
+echo "model $name, text $(basename "$OSCAR_EVAL_TEXT"), $chunks chunk(s) of $ctx, rotations $rot, commit $commit, $(date -u +%F)${OSCAR_PPL_ARGS:+, ppl args: $OSCAR_PPL_ARGS}" >> "$out.md"
