@@ -21,6 +21,10 @@ struct BenchOptions {
   std::vector<int> prompts = {512};
   int n_gen = 32;
   int reps = 1;
+  // Prompt tokens per forward pass; −1: 512 on the CPU (as `oscar run` and llama.cpp's
+  // ubatch: a 16K prompt in one pass held 2.4 GB of activations), the whole prompt on the GPU
+  // (its prefill launches split it themselves).
+  int batch = -1;
   std::string json_out;
 };
 
@@ -39,6 +43,7 @@ int bench(const BenchOptions& o) {
   Sampler sampler(SamplerParams{.temperature = 0.0f});
   nlohmann::json rows = nlohmann::json::array();
   fmt::print("| model | kv | threads/device | depth | prefill tok/s | decode tok/s |\n|---|---|---|---|---|---|\n");
+  const int64_t batch = o.batch >= 0 ? o.batch : o.model.device == "cuda" ? 0 : 512;
   for (int p : o.prompts) {
     if (p <= 0) fail("bench: prompt length {} must be positive", p);
     double best_pp = 0, best_tg = 0;
@@ -49,14 +54,14 @@ int bench(const BenchOptions& o) {
       const SeqId seq = runner->add_sequence();
       // n_gen + 1 tokens: the first comes from the prompt's logits, then n_gen decode steps.
       const engine::GenerationStats st = engine::generate(*runner, *m.tokenizer, seq, prompt, o.n_gen + 1, sampler,
-                                                          [](int32_t) { return true; }, 0, gen);
+                                                          [](int32_t) { return true; }, batch, gen);
       runner->free_sequence(seq);
       best_pp = std::max(best_pp, double(p) / st.prompt_seconds);
       if (o.n_gen > 0 && st.n_generated > 1)
         best_tg = std::max(best_tg, double(st.n_generated - 1) / st.generate_seconds);
     }
     fmt::print("| {} | {} | {} | {} | {:.1f} | {:.2f} |\n", c.name, o.model.kv, where, p, best_pp, best_tg);
-    rows.push_back({{"model", c.name}, {"kv", o.model.kv}, {"threads", num_threads()}, {"device", o.model.device},
+    rows.push_back({{"model", c.name}, {"kv", o.model.kv}, {"threads", num_threads()}, {"device", o.model.device}, {"batch", batch},
                     {"depth", p},
                     {"n_gen", o.n_gen}, {"prefill_tokens_per_s", best_pp}, {"decode_tokens_per_s", best_tg}});
   }
@@ -74,6 +79,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-p,--n-prompt", o->prompts, "prefill lengths (context depth), e.g. -p 512,4096")->delimiter(',');
   cmd->add_option("-n,--n-gen", o->n_gen, "tokens to decode after each prefill")->check(CLI::Range(0, 1 << 16));
   cmd->add_option("-r,--repetitions", o->reps, "repetitions (best is reported)")->check(CLI::Range(1, 100));
+  cmd->add_option("-b,--batch-size", o->batch,
+                  "prompt tokens per forward pass (default 512 on the CPU, the whole prompt on the GPU; 0: whole)")
+      ->check(CLI::Range(-1, 1 << 24));
   cmd->add_option("--json", o->json_out, "also write the rows as JSON to this file");
   cmd->add_option("--device", o->model.device, "where the model runs: cpu, or cuda (the GPU backend)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
