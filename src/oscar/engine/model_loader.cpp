@@ -100,6 +100,7 @@ LoadedModel load_model(const ModelOptions& o) {
     m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_hf(dir));
     tmpl = hf_chat_template(dir);
   } else {
+    check_model_exists(o.model);
     // Parsed once: the tokenizer's arrays (152K strings on Qwen2.5) cost tens of MB a copy.
     gguf::GgufFile f = gguf::GgufFile::open(o.model);
     check_layers(gguf_model_config(f).n_layers);

@@ -36,5 +36,7 @@ class WeightSource {
 
 // Opens a .gguf file, or a directory / .safetensors file with a config.json beside it.
 std::unique_ptr<WeightSource> open_weight_source(const std::string& path);
+// Throws oscar::Error "model '<path>' does not exist" when nothing is there.
+void check_model_exists(const std::string& path);
 
 }  // namespace oscar
