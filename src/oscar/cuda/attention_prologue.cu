@@ -30,19 +30,26 @@ __device__ float norm_value(float x, const float* w, int d, float eps, double* r
   return x * inv * w[threadIdx.x];
 }
 
+// The RoPE pair i = (a, b) that element e of a d-row belongs to, and whether e is its a.
+struct RopePair {
+  int i, a, b;
+  bool first;
+};
+__device__ RopePair rope_pair(int e, int d, bool interleaved) {
+  const int half = d / 2, i = interleaved ? e / 2 : e % half;
+  return {i, interleaved ? 2 * i : i, interleaved ? 2 * i + 1 : i + half, interleaved ? e % 2 == 0 : e < half};
+}
+
 // RoPE of the CTA's row, staged in `row`: this thread's element of its pair.
 __device__ float rope_value(float x, float* row, int d, double angle_pos, const double* inv_freq, bool interleaved) {
-  const int e = threadIdx.x, half = d / 2;
-  row[e] = x;
+  row[threadIdx.x] = x;
   __syncthreads();
-  const int i = interleaved ? e / 2 : e % half;
-  const bool first = interleaved ? e % 2 == 0 : e < half;
-  const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+  const RopePair p = rope_pair(threadIdx.x, d, interleaved);
   double s, c;
-  sincos(angle_pos * inv_freq[i], &s, &c);
-  const float cs = float(c), sn = float(s), x0 = row[a], x1 = row[b];
+  sincos(angle_pos * inv_freq[p.i], &s, &c);
+  const float cs = float(c), sn = float(s), x0 = row[p.a], x1 = row[p.b];
   __syncthreads();  // row is reused
-  return first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
+  return p.first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
 }
 
 // Element e of row·R (R row-major [kD, kD]), the row staged in shared memory. Unrolled
@@ -70,14 +77,11 @@ __device__ float rotate_value(float x, float* row, const float* R) {
 // from the query after RoPE (x, this thread's element) and the KV head's bias b: the thread
 // holding element a of pair i = (a, b) writes α_i to coef[i], the other β_i to coef[d/2 + i].
 __device__ void key_bias_coef(float x, float* row, int d, bool interleaved, const float* bias, float* coef) {
-  const int e = threadIdx.x, half = d / 2;
-  row[e] = x;
+  row[threadIdx.x] = x;
   __syncthreads();
-  const int i = interleaved ? e / 2 : e % half;
-  const bool first = interleaved ? e % 2 == 0 : e < half;
-  const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
-  const float qa = row[a], qb = row[b], ba = bias[a], bb = bias[b];
-  coef[first ? i : half + i] = first ? qa * ba + qb * bb : qb * ba - qa * bb;
+  const RopePair p = rope_pair(threadIdx.x, d, interleaved);
+  const float qa = row[p.a], qb = row[p.b], ba = bias[p.a], bb = bias[p.b];
+  coef[p.first ? p.i : d / 2 + p.i] = p.first ? qa * ba + qb * bb : qb * ba - qa * bb;
   __syncthreads();  // row is reused
 }
 
