@@ -4,7 +4,8 @@
 # element at the evaluated length. Writes a Markdown table and JSON rows.
 #   bench/kv_modes.sh CTX CHUNKS OUT_PREFIX [MODEL] [ROTATIONS]
 # OSCAR_KV_MODES overrides the list ("int4+k-bias-split" / "int2-oscar+no-k-bias-split" /
-# "int2-oscar+no-k-mean" / "int2-oscar+k-scale" add that flag; "int2-oscar@DIR" uses the rotations in DIR, e.g. ones from `oscar rotations
+# "int2-oscar+no-k-mean" / "int2-oscar+k-scale" add that flag; "+kv-group=32", "+kv-sink=N",
+# "+kv-recent=N" set that option; "int2-oscar@DIR" uses the rotations in DIR, e.g. ones from `oscar rotations
 # tune`, and is labelled with DIR's name); the BF16 base run is stored once per model, ctx
 # and chunk count under $OSCAR_CACHE/kld/ and reused. OSCAR_PPL_ARGS adds arguments to every
 # `oscar ppl` run, base included (e.g. "--device cuda"; the base is then stored apart).
@@ -54,6 +55,9 @@ for kv in $modes; do
         *+k-bias-split) extra+=(--k-bias-split) base_kv="${base_kv%+k-bias-split}" ;;
         *+no-k-mean) extra+=(--no-k-mean) base_kv="${base_kv%+no-k-mean}" ;;
         *+k-scale) extra+=(--k-scale) base_kv="${base_kv%+k-scale}" ;;
+        *+kv-group=*|*+kv-sink=*|*+kv-recent=*)  # "+kv-recent=512" → --kv-recent 512
+          opt="${base_kv##*+}" base_kv="${base_kv%+*}"
+          extra+=("--${opt%%=*}" "${opt#*=}") ;;
         *) break ;;
       esac
     done
