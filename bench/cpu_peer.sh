@@ -22,7 +22,8 @@
 # Timing: SmolLM2 takes about 25 minutes on a quiet machine (3 repetitions). Qwen2.5 prefills at
 # roughly 25-30 tokens/s here, so one 16384-token step takes about 10 minutes: at 16K only
 # llama.cpp q8_0 and oscar int2-oscar run (OSCAR_PEER_DEEP_CONFIGS; empty: all five), and its memory
-# run is int2-oscar's (OSCAR_PEER_MEM_KVS); one repetition takes about 45 minutes. Repetitions that
+# run is int2-oscar's (OSCAR_PEER_MEM_KVS); one repetition takes about 45 minutes. OSCAR_PEER_DEPTHS overrides
+# the depths (comma-separated; empty: the short plan only). Repetitions that
 # would pass the bound are not started; a step past its bound fails and is listed; the JSON is
 # rewritten after every step (status "partial") and on SIGTERM, so a stopped run keeps what it measured.
 # On a shared machine every step first waits (up to 5 minutes) for other processes to quieten, and a
@@ -149,6 +150,7 @@ for entry in "${models[@]}"; do
     out="$out_dir/cpu_peer_${key}_quick.json"
   else
     depths=4096; [[ $key == qwen25 ]] && depths=4096,16384
+    depths="${OSCAR_PEER_DEPTHS-$depths}"  # e.g. "" : the short plan only (prefill 512, short decode)
     args=(--depths "$depths" --n-short 128 --n-long 32 --mem-ctx 4096 --mem-gen 32)
     # Qwen2.5 at 16K: the pair its target compares; its memory target is int2-oscar's run.
     [[ $key == qwen25 ]] && args+=(--deep-configs "${OSCAR_PEER_DEEP_CONFIGS-llama.cpp:q8_0,oscar:int2-oscar}"
