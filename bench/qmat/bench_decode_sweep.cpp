@@ -2,7 +2,8 @@
 // Qwen2.5-1.5B-shaped model of random Q4_K / Q6_K rows (28 layers as in its Q4_K_M file, plus
 // the Q6_K output matrix; about 980 MB, far past any cache), against a plain read of
 // the same bytes on the same threads, prefetched the same distance ahead (on the dev box's
-// VM the hardware prefetcher alone reads at about 18 GB/s on 2 threads, 23 with it). Wall time per sweep, best of the repetitions:
+// VM the hardware prefetcher alone reads at about 18 GB/s on 2 threads, 23 with it).
+// Wall time per sweep, best of the repetitions:
 //   bench_decode_sweep [threads = 2] [repetitions = 5]
 // The ratio read/decode is the fraction of the read bandwidth the row kernels reach.
 #include <xmmintrin.h>

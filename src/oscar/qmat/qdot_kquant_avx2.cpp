@@ -70,10 +70,12 @@ inline __m256i word_pick(int lo, int hi) {
 //   isum = Σ_j sc_j·Σ_l q[32j + l]·xq[32j + l]   (maddubs: unsigned codes × int8 x, then
 //          madd with sc_j as the 16-bit multiplier)
 //   msum = Σ_j m_j·(bsums[2j] + bsums[2j + 1])  (one madd, each min repeated twice)
-// then acc += (d·x.d)·isum − (dmin·x.d)·msum in f32, one conversion of each.
+// then acc += (d·x.d)·isum − (dmin·x.d)·msum in f32: isum's and msum's lanes paired by one
+// hadd, one conversion, one FMA.
 // Bounds: a maddubs pair is ≤ 2·31·127 = 7874 < 2^15 (no saturation); each isum lane
 // takes 4 elements of each of the 8 sub-blocks, ≤ 32·63·31·127 < 2^23, and each msum lane
-// ≤ 2·63·2032 < 2^18, so both are exact in int32 and in their f32 conversion.
+// ≤ 2·63·2032 < 2^18, so both are exact in int32, and so are the sums of two lanes (< 2^24)
+// in their f32 conversion.
 // N activation rows (x, x + xs, …) share each super-block's unpacked codes and scales;
 // every row's sums are formed in the same order whatever N is.
 template <bool five, int N>
@@ -128,9 +130,9 @@ void qdot_k45_avx2(const uint8_t* w, const ActQ8KBlock* x, int64_t xs, int64_t k
       }
     }
     // One conversion and one FMA per row: hadd pairs isum's lanes into lanes 0-1 / 4-5 and
-    // msum's into 2-3 / 6-7 (each pair sum < 2^24, still exact in f32), which meet d and
-    // −dmin there. The multiply ports are the kernel's bottleneck; this takes 3 of the 6
-    // multiply-port uops a row spent per super-block off them (hadd runs on the shuffle port).
+    // msum's into 2-3 / 6-7, which meet d and −dmin there. Two conversions, two FMAs and two
+    // scalar products per row before (the vector ALU ports bound this kernel; hadd uses the
+    // shuffle port): about 3 % on the four-row kernel, L1-resident, alternating runs.
     const __m256 dd = _mm256_setr_ps(d, d, -dmin, -dmin, d, d, -dmin, -dmin);
     for (int r = 0; r < N; ++r) {
       const ActQ8KBlock& xr = x[r * xs];
