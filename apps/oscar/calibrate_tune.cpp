@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <memory>
+#include <optional>
+#include <span>
 
 #include "oscar/calib/key_scale.h"
 #include "oscar/core/error.h"
@@ -110,7 +113,7 @@ nlohmann::json fit_key_scales(LoadedModel& m, const std::vector<int32_t>& ids, i
           {"seconds", seconds_since(t0)}};
 }
 
-void add_tune_options(CLI::App& cmd, TuneOptions& o, bool clip_default) {
+void add_tune_options(CLI::App& cmd, TuneOptions& o, bool clip_default, bool per_source_probes) {
   o.clip_search_default = clip_default;
   auto* on = cmd.add_flag("--clip-search", o.clip_search,
                           clip_default ? "choose each layer's K and V clip ratio by the attention-output error on "
@@ -130,6 +133,15 @@ void add_tune_options(CLI::App& cmd, TuneOptions& o, bool clip_default) {
                  "calibration tokens (after the fitted ones) the searches measure on (default 2048)")
       ->check(CLI::Range(int64_t(2), int64_t(1) << 24));
   cmd.add_option("--probe-queries", o.probe_queries, "last positions whose attention output is scored (default 256)");
+  cmd.add_flag("--k-mean-search", o.k_mean_search,
+               "keep each layer's key mean (--k-mean) only where the layer's probe error is lower with it than "
+               "without (measured before the clip search)");
+  if (per_source_probes)
+    cmd.add_option("--clip-objective", o.clip_objective,
+                   "what the clip search minimizes: mean (the error on one probe that mixes every calibration source; "
+                   "the default) or worst (the largest of the errors on one probe per source, each --probe-tokens "
+                   "long: clips for the worst domain; --k-mean-search then measures the same way)")
+        ->check(CLI::IsMember({"mean", "worst"}));
 }
 
 std::string tune_base_kv(const ModelOptions& o) { return o.kv == "bf16" ? "int2-oscar" : o.kv; }
@@ -146,66 +158,145 @@ KvSpec tune_base_spec(const ModelOptions& o, int group, int sink, int recent, in
   return s;
 }
 
-nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, int64_t probe_from, const KvSpec& base,
-                              const TuneOptions& o, RotationSet& rs) {
+namespace {
+// q, k, v of one forward pass over ids, and the probe that measures formats on them.
+struct RecordedProbe {
+  std::unique_ptr<QkvRecorder> rec;
+  std::unique_ptr<KvErrorProbe> probe;
+};
+RecordedProbe record_probe(LoadedModel& m, std::span<const int32_t> ids, int64_t queries) {
   const ModelConfig& c = m.transformer->config();
-  int64_t n = o.probe_tokens;
-  if (c.n_ctx_train > 0) n = std::min<int64_t>(n, c.n_ctx_train);
-  if (n > int64_t(ids.size())) {
-    fmt::print(stderr, "note: the calibration text has only {} tokens; the searches use them all, not {}\n",
-               ids.size(), n);
-    n = int64_t(ids.size());
-  }
-  if (n <= int64_t(base.sink) + base.recent) {
-    if (!o.requested()) {
-      fmt::print(stderr, "note: clip search skipped: {} probe tokens do not reach past the BF16 windows ({} + {})\n", n,
-                 base.sink, base.recent);
-      return nullptr;
-    }
-    fail("--probe-tokens {} must exceed the BF16 windows ({} + {} tokens) to measure the quantized history", n,
-         base.sink, base.recent);
-  }
-  if (o.probe_queries < 1 || o.probe_queries > n) fail("--probe-queries must be in [1, {}]", n);
-  if (probe_from + n > int64_t(ids.size())) {
-    fmt::print(stderr, "note: only {} calibration tokens follow the fitted ones; the searches reuse the text's first {}\n",
-               int64_t(ids.size()) - probe_from, n);
-    probe_from = 0;
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  QkvRecorder rec(c.n_layers, AttentionShape{c.n_heads, c.n_kv_heads, c.head_dim});
-  m.transformer->set_observer(&rec);
+  RecordedProbe r;
+  r.rec = std::make_unique<QkvRecorder>(c.n_layers, AttentionShape{c.n_heads, c.n_kv_heads, c.head_dim});
+  m.transformer->set_observer(r.rec.get());
   {
-    KvCache cache = m.transformer->make_cache(n);
+    KvCache cache = m.transformer->make_cache(int64_t(ids.size()));
     const SeqId seq = cache.add_sequence();
     std::vector<float> logits;
-    m.transformer->forward(cache, seq, std::span<const int32_t>(ids.data() + probe_from, size_t(n)), LogitsFor::last,
-                           logits);
+    m.transformer->forward(cache, seq, ids, LogitsFor::last, logits);
   }
   m.transformer->set_observer(nullptr);
-  const KvErrorProbe probe(*m.transformer, rec, n, o.probe_queries);
-  fmt::print(stderr, "searches: {} probe tokens (from token {}), last {} queries, base {}\n", n, probe_from,
-             o.probe_queries, base.name());
+  r.probe = std::make_unique<KvErrorProbe>(*m.transformer, *r.rec, int64_t(ids.size()), queries);
+  return r;
+}
+
+nlohmann::json clip_json(const std::vector<LayerClipChoice>& ch, const std::vector<float>& grid,
+                         const std::vector<std::string>& probe_names, std::vector<double>& before,
+                         std::vector<double>& after) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (size_t l = 0; l < ch.size(); ++l) {
+    layers.push_back({{"layer", l}, {"k_clip", ch[l].k_clip}, {"v_clip", ch[l].v_clip},
+                      {"error_before", ch[l].error_before}, {"error_after", ch[l].error_after}});
+    if (!ch[l].probe_errors.empty()) layers.back()["probe_errors"] = ch[l].probe_errors;
+    before.push_back(ch[l].error_before);
+    after.push_back(ch[l].error_after);
+  }
+  nlohmann::json j = {{"grid", grid}, {"mean_error_before", mean(before)}, {"mean_error_after", mean(after)},
+                      {"layers", layers}};
+  if (!probe_names.empty()) j["objective"] = "worst", j["probes"] = probe_names;
+  return j;
+}
+}  // namespace
+
+nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, int64_t probe_from, const KvSpec& base,
+                              const TuneOptions& o, RotationSet& rs, std::span<const SourceProbe> source_probes) {
+  const ModelConfig& c = m.transformer->config();
+  const int64_t cap = c.n_ctx_train > 0 ? std::min<int64_t>(o.probe_tokens, c.n_ctx_train) : o.probe_tokens;
+  const int64_t windows = int64_t(base.sink) + base.recent;
+  const auto t0 = std::chrono::steady_clock::now();
   nlohmann::json out = nlohmann::json::object();
+
+  // --clip-objective worst: one probe per calibration source.
+  std::vector<RecordedProbe> per_source;
+  std::vector<std::string> per_source_names;
+  if (o.worst_case()) {
+    if (source_probes.empty()) fail("--clip-objective worst needs the calibration sources' own probe text");
+    if (o.probe_queries < 1) fail("--probe-queries must be at least 1");
+    for (const SourceProbe& sp : source_probes) {
+      const int64_t n = std::min<int64_t>(cap, int64_t(sp.ids.size()));
+      if (n <= windows) {
+        fmt::print(stderr, "note: worst-case clip search: '{}' leaves {} probe tokens, not past the BF16 windows ({}); "
+                   "left out\n", sp.name, n, windows);
+        continue;
+      }
+      per_source.push_back(record_probe(m, std::span<const int32_t>(sp.ids.data(), size_t(n)),
+                                        std::min<int64_t>(o.probe_queries, n)));
+      per_source_names.push_back(sp.name);
+      fmt::print(stderr, "\rsearches: recorded {} of {} source probes ({} tokens each at most), {:.1f} s",
+                 per_source.size(), source_probes.size(), cap, seconds_since(t0));
+    }
+    fmt::print(stderr, "\n");
+    if (per_source.empty()) fail("--clip-objective worst: no calibration source leaves a probe past the BF16 windows");
+  }
+
+  // The mixed probe: the budget search, and the clip search unless it runs per source.
+  std::optional<RecordedProbe> mixed;
+  int64_t n = cap;
+  if (o.kv_budget || ((o.clip() || o.k_mean_search) && !o.worst_case())) {
+    if (n > int64_t(ids.size())) {
+      fmt::print(stderr, "note: the calibration text has only {} tokens; the searches use them all, not {}\n",
+                 ids.size(), n);
+      n = int64_t(ids.size());
+    }
+    if (n <= windows) {
+      if (!o.requested()) {
+        fmt::print(stderr, "note: clip search skipped: {} probe tokens do not reach past the BF16 windows ({} + {})\n",
+                   n, base.sink, base.recent);
+        return nullptr;
+      }
+      fail("--probe-tokens {} must exceed the BF16 windows ({} + {} tokens) to measure the quantized history", n,
+           base.sink, base.recent);
+    }
+    if (o.probe_queries < 1 || o.probe_queries > n) fail("--probe-queries must be in [1, {}]", n);
+    if (probe_from + n > int64_t(ids.size())) {
+      fmt::print(stderr,
+                 "note: only {} calibration tokens follow the fitted ones; the searches reuse the text's first {}\n",
+                 int64_t(ids.size()) - probe_from, n);
+      probe_from = 0;
+    }
+    mixed = record_probe(m, std::span<const int32_t>(ids.data() + probe_from, size_t(n)), o.probe_queries);
+    fmt::print(stderr, "searches: {} probe tokens (from token {}), last {} queries, base {}\n", n, probe_from,
+               o.probe_queries, base.name());
+    out["probe_tokens"] = n;
+    out["probe_from"] = probe_from;
+    out["probe_queries"] = o.probe_queries;
+  }
+
+  std::vector<const KvErrorProbe*> probes;  // what the key-mean and clip searches measure on
+  if (o.worst_case())
+    for (const RecordedProbe& r : per_source) probes.push_back(r.probe.get());
+  else if (mixed)
+    probes.push_back(mixed->probe.get());
+
+  if (o.k_mean_search) {  // before the clips, which are then searched for the keys as stored
+    if (!base.k_mean) fail("--k-mean-search chooses among the key means; it cannot run with --no-k-mean");
+    const std::vector<LayerKeyMeanChoice> ch = choose_key_means(probes, base, rs);
+    nlohmann::json layers = nlohmann::json::array();
+    std::vector<int> kept;
+    for (size_t l = 0; l < ch.size(); ++l) {
+      layers.push_back({{"layer", l}, {"kept", ch[l].kept}, {"error_with", ch[l].error_with},
+                        {"error_without", ch[l].error_without}});
+      if (ch[l].kept) kept.push_back(int(l));
+    }
+    fmt::print(stderr, "key-mean search: {} of {} layers keep their key mean ({:.1f} s so far)\n", kept.size(),
+               ch.size(), seconds_since(t0));
+    out["k_mean_search"] = {{"kept_layers", kept}, {"layers", layers}};
+    if (o.worst_case()) out["k_mean_search"]["probes"] = per_source_names;
+  }
 
   if (o.clip()) {
     const std::vector<float> grid = default_clip_grid();
-    const std::vector<LayerClipChoice> ch = search_clip_ratios(probe, base, rs, grid);
-    nlohmann::json layers = nlohmann::json::array();
+    const std::vector<LayerClipChoice> ch = o.worst_case() ? search_clip_ratios(probes, base, rs, grid)
+                                                           : search_clip_ratios(*probes[0], base, rs, grid);
     std::vector<double> before, after;
-    for (size_t l = 0; l < ch.size(); ++l) {
-      layers.push_back({{"layer", l}, {"k_clip", ch[l].k_clip}, {"v_clip", ch[l].v_clip},
-                        {"error_before", ch[l].error_before}, {"error_after", ch[l].error_after}});
-      before.push_back(ch[l].error_before);
-      after.push_back(ch[l].error_after);
-    }
-    fmt::print(stderr, "clip search: mean attention-output error {:.4f} -> {:.4f} ({:.1f} s so far)\n", mean(before),
-               mean(after), seconds_since(t0));
-    out["clip_search"] = {{"grid", grid}, {"mean_error_before", mean(before)}, {"mean_error_after", mean(after)},
-                          {"layers", layers}};
+    out["clip_search"] = clip_json(ch, grid, per_source_names, before, after);
+    fmt::print(stderr, "clip search{}: mean attention-output error {:.4f} -> {:.4f} ({:.1f} s so far)\n",
+               o.worst_case() ? fmt::format(" (worst of {} sources)", probes.size()) : "", mean(before), mean(after),
+               seconds_since(t0));
   }
 
   if (o.kv_budget) {
-    const LayerTypeChoice ch = choose_kv_layer_types(probe, base, rs, o.budget_types, *o.kv_budget);
+    const LayerTypeChoice ch = choose_kv_layer_types(*mixed->probe, base, rs, o.budget_types, *o.kv_budget);
     rs.kv_layers = ch.kv_layers;
     rs.kv_budget_bits = *o.kv_budget;
     nlohmann::json layers = nlohmann::json::array();
@@ -225,9 +316,6 @@ nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, i
                         {"kv_layers", ch.kv_layers}, {"mean_history_bits", ch.mean_history_bits},
                         {"mean_error_base", mean(base_err)}, {"mean_error_chosen", mean(chosen_err)}, {"layers", layers}};
   }
-  out["probe_tokens"] = n;
-  out["probe_from"] = probe_from;
-  out["probe_queries"] = o.probe_queries;
   out["seconds"] = seconds_since(t0);
   return out;
 }

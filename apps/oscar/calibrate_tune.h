@@ -22,16 +22,21 @@ struct TuneOptions {
   std::vector<std::string> budget_types = {"int4", "int8"};  // upgrades the budget may buy
   int64_t probe_tokens = 2048;
   int probe_queries = 256;
+  // --clip-objective: "mean" searches the clips on one probe that mixes every calibration
+  // source; "worst" (calibrate only) on one probe per source, minimizing the largest error.
+  std::string clip_objective = "mean";
+  bool k_mean_search = false;  // --k-mean-search: keep each layer's key mean only where it helps
+  bool worst_case() const { return (clip() || k_mean_search) && clip_objective == "worst"; }
 
   bool clip() const { return clip_search || (clip_search_default && !no_clip_search); }
-  bool any() const { return clip() || kv_budget.has_value(); }
+  bool any() const { return clip() || kv_budget.has_value() || k_mean_search; }
   // Asked for by a flag: then a search that cannot run is an error, not a note.
-  bool requested() const { return clip_search || kv_budget.has_value(); }
+  bool requested() const { return clip_search || kv_budget.has_value() || k_mean_search; }
 };
 
 // --clip-search (with clip_default also --no-clip-search), --kv-budget, --kv-budget-types,
-// --probe-tokens, --probe-queries.
-void add_tune_options(CLI::App& cmd, TuneOptions& o, bool clip_default);
+// --probe-tokens, --probe-queries; with per_source_probes also --clip-objective.
+void add_tune_options(CLI::App& cmd, TuneOptions& o, bool clip_default, bool per_source_probes = false);
 // The KV type name the searches measure: --kv, or int2-oscar for the default (bf16).
 std::string tune_base_kv(const ModelOptions& o);
 // The calibrated KV type the searches measure: --kv when it names one, else int2-oscar,
@@ -41,13 +46,21 @@ KvSpec tune_base_spec(const ModelOptions& o, int group, int sink, int recent, in
 // `oscar rotations tune`: the same searches on rotations already fitted.
 void add_rotations_tune_command(CLI::App& rotations);
 
+// One calibration source's own probe text, for --clip-objective worst.
+struct SourceProbe {
+  std::string name;  // the source's domain, else its path
+  std::vector<int32_t> ids;
+};
+
 // Runs the requested searches with `base` (a calibrated --kv type) on ids[probe_from ...]
 // (or the text's start when too few tokens are left; fewer probe tokens when the text is
 // short), writes the results into rs (clips, kv_layers, kv_budget_bits) and returns what
-// was measured, for the manifest. A default-on search the text is too short for is
-// skipped with a note (null result); a requested one throws.
+// was measured, for the manifest. With o.worst_case() the clip search runs on
+// source_probes instead (each cut to --probe-tokens; one too short for the windows is left
+// out with a note). A default-on search the text is too short for is skipped with a note
+// (null result); a requested one throws.
 nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, int64_t probe_from, const KvSpec& base,
-                              const TuneOptions& o, RotationSet& rs);
+                              const TuneOptions& o, RotationSet& rs, std::span<const SourceProbe> source_probes = {});
 
 // --k-scale: runs the model over ids[0, n) in prompts of per_prompt tokens (each from
 // position 0) and, per layer, fits the per-channel key scale from the keys as the cache

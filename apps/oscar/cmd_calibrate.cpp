@@ -33,6 +33,7 @@ struct CalibrateOptions {
   int prompts = 40;
   int group = 128;
   int sink = 64, recent = 256;
+  std::string pool = "tokens";  // --pool
   std::string k_objective = "qqt_r_h_pbr";
   std::string v_objective = "sst_r_h_pbr";
   TuneOptions tune;
@@ -41,12 +42,17 @@ struct CalibrateOptions {
 // Pass 1: feeds each layer's q, k, v to its accumulator and keeps k and v, so that
 // pass 2 (which needs the final C_Q,h) replays them instead of running the model
 // again: the same inputs at half the cost, for tokens · layers · 2 · kv_dim floats.
+// Under --pool equal each source has its own accumulators ([source][layer]); set_source
+// says whose prompt runs next.
 class CovarianceObserver : public ForwardObserver {
  public:
-  explicit CovarianceObserver(std::vector<CovarianceAccumulator>& acc, bool keep_kv)
-      : acc_(acc), keep_kv_(keep_kv), k_(acc.size()), v_(acc.size()), k_sum_(acc.size()) {}
+  CovarianceObserver(std::vector<std::vector<CovarianceAccumulator>>& acc, bool keep_kv)
+      : acc_(acc), keep_kv_(keep_kv), k_(acc.size()), v_(acc.size()), k_sum_(acc[0].size()) {
+    for (size_t s = 0; s < acc.size(); ++s) k_[s].resize(acc[s].size()), v_[s].resize(acc[s].size());
+  }
+  void set_source(size_t s) { source_ = std::min(s, acc_.size() - 1); }
   void on_attention_inputs(int layer, int64_t n, const float* q, const float* k, const float* v) override {
-    CovarianceAccumulator& a = acc_[size_t(layer)];
+    CovarianceAccumulator& a = acc_[source_][size_t(layer)];
     a.add_pass1(q, k, v, n);
     const int64_t kvd = int64_t(a.n_kv_heads) * a.head_dim;
     std::vector<double>& sum = k_sum_[size_t(layer)];
@@ -54,26 +60,28 @@ class CovarianceObserver : public ForwardObserver {
     for (int64_t i = 0; i < n * kvd; ++i) sum[size_t(i % kvd)] += k[i];
     if (keep_kv_) {
       const int64_t len = n * a.n_kv_heads * a.head_dim;
-      k_[size_t(layer)].insert(k_[size_t(layer)].end(), k, k + len);
-      v_[size_t(layer)].insert(v_[size_t(layer)].end(), v, v + len);
+      k_[source_][size_t(layer)].insert(k_[source_][size_t(layer)].end(), k, k + len);
+      v_[source_][size_t(layer)].insert(v_[source_][size_t(layer)].end(), v, v + len);
     }
   }
   // Σ over the calibration tokens of the post-RoPE key, per layer [n_kv_heads · d].
   const std::vector<double>& key_sum(int layer) const { return k_sum_[size_t(layer)]; }
   void replay_pass2() {
-    for (size_t l = 0; l < acc_.size(); ++l) {
-      CovarianceAccumulator& a = acc_[l];
-      const int64_t n = int64_t(k_[l].size()) / (int64_t(a.n_kv_heads) * a.head_dim);
-      a.add_pass2(k_[l].data(), v_[l].data(), n);
-      std::vector<float>().swap(k_[l]);
-      std::vector<float>().swap(v_[l]);
-    }
+    for (size_t s = 0; s < acc_.size(); ++s)
+      for (size_t l = 0; l < acc_[s].size(); ++l) {
+        CovarianceAccumulator& a = acc_[s][l];
+        const int64_t n = int64_t(k_[s][l].size()) / (int64_t(a.n_kv_heads) * a.head_dim);
+        a.add_pass2(k_[s][l].data(), v_[s][l].data(), n);
+        std::vector<float>().swap(k_[s][l]);
+        std::vector<float>().swap(v_[s][l]);
+      }
   }
 
  private:
-  std::vector<CovarianceAccumulator>& acc_;
+  std::vector<std::vector<CovarianceAccumulator>>& acc_;
   bool keep_kv_;
-  std::vector<std::vector<float>> k_, v_;  // per layer [tokens, n_kv_heads, head_dim]
+  size_t source_ = 0;
+  std::vector<std::vector<std::vector<float>>> k_, v_;  // per source, layer [tokens, n_kv_heads, head_dim]
   std::vector<std::vector<double>> k_sum_;
 };
 
@@ -107,6 +115,34 @@ std::vector<CalibSource> calibration_sources(const CalibrateOptions& o, std::str
   }
   for (const std::string& f : o.text_files) out.push_back(parse_calib_source(f));
   return out;
+}
+
+// Each source's tokens the fit did not see (after its first window, as the mixed probe),
+// for the worst-case clip search: at most `n` each.
+std::vector<SourceProbe> own_probes(const std::vector<CalibSource>& sources, const std::vector<SourceTokens>& toks,
+                                    const CalibMix& mix, int64_t n) {
+  std::vector<SourceProbe> out;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const std::vector<int32_t>& t = toks[i].ids;
+    const CalibSourceUse& u = mix.use[i];
+    const int64_t total = int64_t(t.size());
+    const int64_t from = sources.size() == 1 ? u.tokens : u.starts[0] + mix.per_prompt;
+    const int64_t limit = sources.size() > 1 && u.starts.size() > 1 ? u.starts[1] : total;
+    const int64_t to = std::max(from, std::min(from + n, limit));
+    out.push_back({sources[i].domain.empty() ? sources[i].path : sources[i].domain,
+                   std::vector<int32_t>(t.begin() + from, t.begin() + to)});
+  }
+  return out;
+}
+
+// A layer's objective: the one accumulator's, or under --pool equal the sources' objectives
+// each scaled to unit trace and averaged by weight (pool_covariances).
+Eigen::MatrixXd layer_objective(const std::vector<std::vector<CovarianceAccumulator>>& acc, int l,
+                                const std::string& name, const std::vector<double>& weights) {
+  if (acc.size() == 1) return acc[0][size_t(l)].objective(name);
+  std::vector<Eigen::MatrixXd> each;
+  for (const auto& per_layer : acc) each.push_back(per_layer[size_t(l)].objective(name));
+  return pool_covariances(each, weights);
 }
 
 void progress(const char* what, int done, int total, double secs) {
@@ -186,8 +222,13 @@ int calibrate(const CalibrateOptions& o) {
                  mix.use[i].tokens, mix.use[i].probe_tokens, sources[i].path,
                  toks[i].doc_starts.empty() ? "" : " (through the chat template)");
 
-  std::vector<CovarianceAccumulator> acc;
-  for (int l = 0; l < c.n_layers; ++l) acc.emplace_back(c.n_heads, c.n_kv_heads, c.head_dim);
+  // --pool equal: one set of accumulators per source; else one for all.
+  const size_t pools = o.pool == "equal" ? sources.size() : 1;
+  std::vector<std::vector<CovarianceAccumulator>> acc(pools);
+  for (auto& per_layer : acc)
+    for (int l = 0; l < c.n_layers; ++l) per_layer.emplace_back(c.n_heads, c.n_kv_heads, c.head_dim);
+  std::vector<size_t> prompt_source;  // the source of each prompt (mix.ids holds them source by source)
+  for (size_t i = 0; i < sources.size(); ++i) prompt_source.insert(prompt_source.end(), size_t(mix.use[i].prompts), i);
   const bool need_pass2 = split_objective(o.v_objective).first == "sst" || split_objective(o.k_objective).first == "sst";
   CovarianceObserver obs(acc, need_pass2);
   m.transformer->set_observer(&obs);
@@ -197,12 +238,14 @@ int calibrate(const CalibrateOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int p = 0; p < o.prompts; ++p) {
     cache.clear_sequence(seq);
+    obs.set_source(size_t(p) < prompt_source.size() ? prompt_source[size_t(p)] : 0);
     const std::span<const int32_t> prompt(ids.data() + int64_t(p) * per_prompt, size_t(per_prompt));
     m.transformer->forward(cache, seq, prompt, LogitsFor::last, logits);
     progress("forward (q, k, v)", p + 1, o.prompts, seconds_since(t0));
   }
   m.transformer->set_observer(nullptr);
-  for (auto& a : acc) a.freeze_query_covariance();
+  for (auto& per_layer : acc)
+    for (auto& a : per_layer) a.freeze_query_covariance();
   if (need_pass2) {
     const auto t1 = std::chrono::steady_clock::now();
     obs.replay_pass2();
@@ -216,13 +259,15 @@ int calibrate(const CalibrateOptions& o) {
   rs.recent_tokens = o.recent;
   rs.k_objective = o.k_objective;
   rs.v_objective = o.v_objective;
+  std::vector<double> pool_weights;
+  for (size_t i = 0; i < pools; ++i) pool_weights.push_back(sources[i].weight);
   nlohmann::json spectra = nlohmann::json::array();
   const RopeFreqs rope = rope_freqs(c);  // for the key means (--k-mean)
   for (int l = 0; l < c.n_layers; ++l) {
     const auto [k_src, k_comp] = split_objective(o.k_objective);
     const auto [v_src, v_comp] = split_objective(o.v_objective);
-    const FittedRotation fk = fit_rotation(acc[size_t(l)].objective(k_src), k_comp);
-    const FittedRotation fv = fit_rotation(acc[size_t(l)].objective(v_src), v_comp);
+    const FittedRotation fk = fit_rotation(layer_objective(acc, l, k_src, pool_weights), k_comp);
+    const FittedRotation fv = fit_rotation(layer_objective(acc, l, v_src, pool_weights), v_comp);
     LayerRotation lr;
     lr.layer = l;
     lr.k_rotation = fk.rotation;
@@ -246,7 +291,9 @@ int calibrate(const CalibrateOptions& o) {
   }
   nlohmann::json tuned;
   if (tune.any()) {
-    tuned = tune_rotations(m, ids, per_prompt * o.prompts, base, tune, rs);
+    std::vector<SourceProbe> source_probes;
+    if (tune.worst_case()) source_probes = own_probes(sources, toks, mix, tune.probe_tokens);
+    tuned = tune_rotations(m, ids, per_prompt * o.prompts, base, tune, rs, source_probes);
     rs.validate();
   }
   nlohmann::json extra = {{"model", c.name},
@@ -254,6 +301,7 @@ int calibrate(const CalibrateOptions& o) {
                           {"calibration_text", text_desc},
                           {"calibration_sources", source_log},
                           {"tokens", per_prompt * o.prompts},
+                          {"pool", o.pool},
                           {"prompts", o.prompts},
                           {"tokens_per_prompt", per_prompt},
                           {"eigenvalue_spectra", spectra},
@@ -291,7 +339,13 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--recent", o->recent, "BF16 recent tokens recorded with the rotations");
   cmd->add_option("--k-objective", o->k_objective, "key objective: <ktk|qqt|vtv|sst>_<composition>");
   cmd->add_option("--v-objective", o->v_objective, "value objective");
-  add_tune_options(*cmd, o->tune, /*clip_default=*/true);
+  cmd->add_option("--pool", o->pool,
+                  "how the sources' covariances combine: tokens (one sum over every calibration token, so a source "
+                  "counts by its token share and by the size of its activations; the default) or equal (each "
+                  "source's covariances scaled to unit trace, then averaged by the sources' weights; the score "
+                  "weights of sst use the source's own query covariance)")
+      ->check(CLI::IsMember({"tokens", "equal"}));
+  add_tune_options(*cmd, o->tune, /*clip_default=*/true, /*per_source_probes=*/true);
   cmd->get_option("--k-scale")->description(
       "also fit a per-channel key scale per layer (one more forward pass over the calibration tokens), refit R_K on "
       "the scaled queries and search the clips with it (used at run time with --k-scale)");

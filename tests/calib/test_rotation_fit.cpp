@@ -305,6 +305,26 @@ CovarianceAccumulator accumulate(const Acts& a, const std::vector<int>& chunks) 
   return acc;
 }
 
+TEST(PoolCovariances, UnitTraceAndBlindToEachSourcesScale) {
+  // --pool equal: scaling one source's activations (its Σ by c²) leaves the pool as it was,
+  // the pool has unit trace and equals the hand-written weighted mean of the normalized Σ_i.
+  const Eigen::MatrixXd a = random_spd(16, 3), b = random_spd(16, 4), c = random_spd(16, 5);
+  const std::vector<double> w = {1.0, 2.0, 0.5};
+  const Eigen::MatrixXd p = pool_covariances({a, b, c}, w);
+  EXPECT_NEAR(p.trace(), 1.0, 1e-12);
+  const Eigen::MatrixXd want = (1.0 * a / a.trace() + 2.0 * b / b.trace() + 0.5 * c / c.trace()) / 3.5;
+  EXPECT_LT(max_abs(p - want), 1e-14);
+  EXPECT_LT(max_abs(pool_covariances({a, 9.0 * b, c}, w) - p), 1e-14);
+  // Unlike a plain sum, which the larger source steers.
+  EXPECT_GT(max_abs((a + 9.0 * b) / (a + 9.0 * b).trace() - (a + b) / (a + b).trace()), 1e-3);
+  EXPECT_LT(max_abs(pool_covariances({a}, {1.0}) - a / a.trace()), 1e-14);
+  EXPECT_THROW(pool_covariances({}, {}), Error);
+  EXPECT_THROW(pool_covariances({a, b}, {1.0}), Error);
+  EXPECT_THROW(pool_covariances({a, random_spd(8, 6)}, {1.0, 1.0}), Error);
+  EXPECT_THROW(pool_covariances({a, b}, {1.0, 0.0}), Error);
+  EXPECT_THROW(pool_covariances({a, Eigen::MatrixXd::Zero(16, 16)}, {1.0, 1.0}), Error);
+}
+
 TEST(CovarianceAccumulator, MatchesNaiveLoopsAndStreamingMatchesOneShot) {
   for (auto [n_heads, n_kv, d, n_tok] : {std::tuple{6, 2, 16, 601}, std::tuple{9, 3, 64, 300}, std::tuple{4, 4, 8, 97}}) {
     const Acts a = random_acts(n_tok, n_heads, n_kv, d, 1000 + d);

@@ -151,6 +151,30 @@ sys.exit(0 if s['format'] == 'chat_jsonl' and s['conversations'] == 12 and s['ch
 import json, sys
 m = json.load(open('$tmp/rot_default/manifest.json'))
 sys.exit(0 if [s['domain'] for s in m['calibration_sources']] == ['prose-en', 'chat'] and m['calibration_corpus'].endswith('/corpus') else 1)"
+  # The issue-26 candidates: sources pooled at equal weight, clips for the worst source, key
+  # means kept per layer only where they help.
+  check "calibrate --pool equal --clip-objective worst --k-mean-search" 0 \
+    "key-mean search: [0-9]+ of 30 layers keep their key mean.*clip search \(worst of 2 sources\)" \
+    bash -c "'$bin' calibrate -m '$OSCAR_MODEL' --corpus '$tmp/corpus' --tokens 128 --prompts 4 --sink 4 --recent 16 \
+      --probe-tokens 200 --probe-queries 16 --pool equal --clip-objective worst --k-mean-search -o '$tmp/rot_cand' 2>&1 | tr '\r\n' '  '"
+  check "the manifest records the pool, the per-source probes and the key-mean choice" 0 "" python3 -c "
+import json, sys
+m = json.load(open('$tmp/rot_cand/manifest.json'))
+c, k = m['searches']['clip_search'], m['searches']['k_mean_search']
+ok = m['pool'] == 'equal' and c['objective'] == 'worst' and c['probes'] == ['prose-en', 'chat']
+ok = ok and all(len(l['probe_errors']) == 2 and abs(max(l['probe_errors']) - l['error_after']) < 1e-12 for l in c['layers'])
+ok = ok and k['probes'] == ['prose-en', 'chat'] and len(k['layers']) == 30
+ok = ok and all((len(l.get('k_mean', [])) == 192) == (i in k['kept_layers']) for i, l in enumerate(m['layers']))
+sys.exit(0 if ok else 1)"
+  check "--pool equal fits other rotations than --pool tokens" nonzero "" \
+    cmp -s "$tmp/rot_cand/k_rotation_qqt_r_h_pbr.pt" "$tmp/rot_default/k_rotation_qqt_r_h_pbr.pt"
+  check "calibrate --pool bad" nonzero "--pool: .*not in" \
+    "$bin" calibrate -m "$OSCAR_MODEL" --corpus "$tmp/corpus" --pool mean -o "$tmp/rot_x"
+  check "calibrate --clip-objective bad" nonzero "--clip-objective: .*not in" \
+    "$bin" calibrate -m "$OSCAR_MODEL" --corpus "$tmp/corpus" --clip-objective median -o "$tmp/rot_x"
+  check "--k-mean-search with --no-k-mean" nonzero "cannot run with --no-k-mean" \
+    "$bin" calibrate -m "$OSCAR_MODEL" --corpus "$tmp/corpus" --tokens 128 --prompts 4 --sink 4 --recent 16 \
+      --probe-tokens 200 --probe-queries 16 --k-mean-search --no-k-mean -o "$tmp/rot_x"
   check "calibrate without a corpus names fetch-corpus.sh" nonzero "error: no -f and no calibration corpus at .*scripts/fetch-corpus.sh" \
     env OSCAR_CORPUS_DIR="$tmp/no_corpus" "$bin" calibrate -m "$OSCAR_MODEL" -o "$tmp/rot_x"
   check "calibrate -f missing file" nonzero "error: -f '.*/none.txt': calibration file '.*/none.txt' does not exist" \

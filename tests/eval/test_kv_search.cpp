@@ -20,12 +20,14 @@ struct Fixture {
   Transformer model{test::tiny_model(/*qwen2_bias=*/true, 21, kLayers, kDim)};
   QkvRecorder rec{kLayers, AttentionShape{4, 2, kDim}};
   RotationSet rs = test::random_rotation_set(kLayers, kDim, 100, 200);
-  Fixture() {
+  // text: which of two token patterns the model reads (two "domains" for the worst-case search).
+  explicit Fixture(int text = 0) {
     model.set_observer(&rec);
     KvCache cache = model.make_cache(kTokens);
     const SeqId seq = cache.add_sequence();
     std::vector<int32_t> ids;
-    for (int64_t i = 0; i < kTokens; ++i) ids.push_back(int32_t((i * 7 + i / 3) % 50));
+    for (int64_t i = 0; i < kTokens; ++i)
+      ids.push_back(text == 0 ? int32_t((i * 7 + i / 3) % 50) : int32_t((i * i + 11 * i) % 37 + 13));
     std::vector<float> logits;
     model.forward(cache, seq, ids, LogitsFor::last, logits);
     model.set_observer(nullptr);
@@ -128,6 +130,78 @@ TEST(KvSearch, ClipSearchNeverHurtsAndIsReproducible) {
       EXPECT_TRUE(std::find(grid.begin(), grid.end(), c) != grid.end() || c == 0.96f || c == 0.92f) << c;
   }
   EXPECT_THROW(search_clip_ratios(probe, spec("int4"), rs, grid), Error);  // not a calibrated type
+}
+
+TEST(KvSearch, WorstCaseClipSearchMinimizesTheLargestProbeError) {
+  // Two probes on different token streams: the chosen clips are scored by the larger of the
+  // two errors, which the probes reproduce; with one probe given twice the search is the
+  // single-probe search.
+  Fixture a(0), b(1);
+  const KvErrorProbe pa(a.model, a.rec, kTokens, kQueries), pb(b.model, b.rec, kTokens, kQueries);
+  const KvSpec s = spec("int2-oscar");
+  const std::vector<float> grid = default_clip_grid();
+  const KvErrorProbe* const both[] = {&pa, &pb};
+  RotationSet rs = a.rs;
+  const std::vector<LayerClipChoice> ch = search_clip_ratios(both, s, rs, grid);
+  ASSERT_EQ(ch.size(), size_t(kLayers));
+  bool differs = false;
+  for (int l = 0; l < kLayers; ++l) {
+    const LayerClipChoice& c = ch[size_t(l)];
+    const double ea = pa.layer(s, &rs, l).error, eb = pb.layer(s, &rs, l).error;
+    ASSERT_EQ(c.probe_errors.size(), 2u);
+    EXPECT_DOUBLE_EQ(c.probe_errors[0], ea);
+    EXPECT_DOUBLE_EQ(c.probe_errors[1], eb);
+    EXPECT_DOUBLE_EQ(c.error_after, std::max(ea, eb));
+    EXPECT_DOUBLE_EQ(c.error_before, std::max(pa.layer(s, &a.rs, l).error, pb.layer(s, &a.rs, l).error));
+    EXPECT_LE(c.error_after, c.error_before);
+    differs |= ea != eb;
+  }
+  EXPECT_TRUE(differs);  // the two texts are different probes
+
+  RotationSet one = a.rs, twice = a.rs;
+  const std::vector<LayerClipChoice> c1 = search_clip_ratios(pa, s, one, grid);
+  const KvErrorProbe* const same[] = {&pa, &pa};
+  const std::vector<LayerClipChoice> c2 = search_clip_ratios(same, s, twice, grid);
+  for (int l = 0; l < kLayers; ++l) {
+    EXPECT_EQ(c1[size_t(l)].k_clip, c2[size_t(l)].k_clip);
+    EXPECT_EQ(c1[size_t(l)].v_clip, c2[size_t(l)].v_clip);
+    EXPECT_DOUBLE_EQ(c1[size_t(l)].error_after, c2[size_t(l)].error_after);
+  }
+  EXPECT_THROW(search_clip_ratios(std::span<const KvErrorProbe* const>(), s, rs, grid), Error);
+}
+
+TEST(KvSearch, KeyMeanSearchDropsAHarmfulMeanAndReportsWhatTheProbeMeasures) {
+  // Layer 0 gets a large random "mean" (a shift that widens every token's quantization range:
+  // it must go), layer 1 the keys' own mean over the probe, layer 2 none.
+  Fixture f;
+  const KvErrorProbe probe(f.model, f.rec, kTokens, kQueries);
+  const KvErrorProbe* const one[] = {&probe};
+  const KvSpec s = spec("int2-oscar");  // key centring on by default for ours
+  ASSERT_TRUE(s.k_mean);
+  RotationSet rs = f.rs;
+  rs.layers[0].k_mean = test::random_vector(2 * kDim, 90, -40.0f, 40.0f);
+  std::vector<float> own(2 * kDim, 0.0f);
+  const std::vector<float>& k1 = f.rec.layer(1).k;
+  for (size_t i = 0; i < size_t(kTokens) * 2 * kDim; ++i) own[i % own.size()] += k1[i] / float(kTokens);
+  rs.layers[1].k_mean = own;
+  rs.layers[2].k_mean.clear();
+  const RotationSet before = rs;
+  const std::vector<LayerKeyMeanChoice> ch = choose_key_means(one, s, rs);
+  ASSERT_EQ(ch.size(), size_t(kLayers));
+  EXPECT_FALSE(ch[0].kept);
+  EXPECT_TRUE(rs.layers[0].k_mean.empty());
+  EXPECT_GT(ch[0].error_with, ch[0].error_without);
+  for (int l = 0; l < 2; ++l) {
+    EXPECT_DOUBLE_EQ(ch[size_t(l)].error_with, probe.layer(s, &before, l).error);
+    EXPECT_EQ(ch[size_t(l)].kept, ch[size_t(l)].error_with <= ch[size_t(l)].error_without);
+    EXPECT_EQ(rs.layers[size_t(l)].k_mean.empty(), !ch[size_t(l)].kept);
+  }
+  EXPECT_DOUBLE_EQ(ch[0].error_without, probe.layer(s, &rs, 0).error);
+  EXPECT_FALSE(ch[2].kept);
+  EXPECT_DOUBLE_EQ(ch[2].error_with, ch[2].error_without);
+  KvSpec off = s;
+  off.k_mean = false;
+  EXPECT_THROW(choose_key_means(one, off, rs), Error);
 }
 
 TEST(KvSearch, BudgetChoiceStaysWithinBudgetAndUpgradesWorstLayers) {

@@ -143,6 +143,25 @@ FittedRotation fit_rotation(const Eigen::MatrixXd& sigma, const std::string& com
   return f;
 }
 
+Eigen::MatrixXd pool_covariances(const std::vector<Eigen::MatrixXd>& sigmas, const std::vector<double>& weights) {
+  if (sigmas.empty() || sigmas.size() != weights.size())
+    fail("pool_covariances: {} matrices and {} weights", sigmas.size(), weights.size());
+  const Eigen::Index d = sigmas[0].rows();
+  Eigen::MatrixXd out = Eigen::MatrixXd::Zero(d, d);
+  double w_sum = 0.0;
+  for (size_t i = 0; i < sigmas.size(); ++i) {
+    const Eigen::MatrixXd& s = sigmas[i];
+    if (s.rows() != d || s.cols() != d)
+      fail("pool_covariances: matrix {} is {}x{}, expected {}x{}", i, s.rows(), s.cols(), d, d);
+    const double tr = s.trace(), w = weights[i];
+    if (!std::isfinite(w) || w <= 0.0) fail("pool_covariances: weight {} of source {} is not > 0", w, i);
+    if (!std::isfinite(tr) || tr <= 0.0) fail("pool_covariances: source {} has trace {}, not > 0", i, tr);
+    out += (w / tr) * s;
+    w_sum += w;
+  }
+  return out / w_sum;
+}
+
 // ---- Covariance accumulation --------------------------------------------------------------
 
 namespace {

@@ -62,6 +62,13 @@ struct FittedRotation {
 FittedRotation fit_rotation(const Eigen::MatrixXd& sigma, const std::string& composition);
 Eigen::MatrixXd rotation_matrix(const Eigen::MatrixXd& sigma, const std::string& composition);
 
+// Σ_i w_i · Σ_i / tr(Σ_i) / Σ_i w_i: covariances of several calibration sources pooled with
+// equal weight per unit of weight, whatever the size of each source's activations (a
+// source whose queries are twice as large would otherwise steer the eigenvectors four times
+// as much). The result has unit trace. Throws oscar::Error for no matrices, a size mismatch,
+// a weight that is not finite and > 0, or a trace that is not finite and > 0.
+Eigen::MatrixXd pool_covariances(const std::vector<Eigen::MatrixXd>& sigmas, const std::vector<double>& weights);
+
 // ---- Covariance accumulation --------------------------------------------------------------
 // One layer's second moments in float64, no mean subtraction, streamed chunk by chunk:
 //   ktk: Σ_K = Σ_{t,h} k kᵀ / (N·n_kv)                     vtv: likewise for v

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "oscar/core/error.h"
 
 namespace oscar {
@@ -12,13 +14,63 @@ std::vector<float> default_clip_grid() {
 
 std::vector<LayerClipChoice> search_clip_ratios(const KvErrorProbe& probe, const KvSpec& spec, RotationSet& rs,
                                                 std::span<const float> grid) {
+  const KvErrorProbe* const one[] = {&probe};
+  std::vector<LayerClipChoice> out = search_clip_ratios(one, spec, rs, grid);
+  for (LayerClipChoice& c : out) c.probe_errors.clear();  // one probe: error_after says it
+  return out;
+}
+
+namespace {
+double worst_error(std::span<const KvErrorProbe* const> probes, const KvSpec& spec, const RotationSet& rs, int l,
+                   std::vector<double>* each = nullptr) {
+  double w = 0.0;
+  if (each) each->clear();
+  for (const KvErrorProbe* p : probes) {
+    const double e = p->layer(spec, &rs, l).error;
+    w = std::max(w, e);
+    if (each) each->push_back(e);
+  }
+  return w;
+}
+}  // namespace
+
+std::vector<LayerKeyMeanChoice> choose_key_means(std::span<const KvErrorProbe* const> probes, const KvSpec& spec,
+                                                 RotationSet& rs) {
   const int n_layers = int(rs.layers.size());
+  OSCAR_CHECK(!probes.empty(), "key-mean search without a probe");
+  if (!spec.uses_rotation(KvRotation::calibrated, n_layers) || spec.mixed() || !spec.k_mean)
+    fail("the key-mean search needs a uniform calibrated KV type with key centring on, got '{}'", spec.name());
+  std::vector<LayerKeyMeanChoice> out;
+  for (int l = 0; l < n_layers; ++l) {
+    LayerRotation& lr = rs.layers[size_t(l)];
+    LayerKeyMeanChoice c;
+    if (lr.k_mean.empty()) {
+      c.kept = false;
+      c.error_with = c.error_without = worst_error(probes, spec, rs, l);
+    } else {
+      c.error_with = worst_error(probes, spec, rs, l);
+      std::vector<float> mean = std::move(lr.k_mean);
+      lr.k_mean.clear();
+      c.error_without = worst_error(probes, spec, rs, l);
+      c.kept = c.error_with <= c.error_without;
+      if (c.kept) lr.k_mean = std::move(mean);
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<LayerClipChoice> search_clip_ratios(std::span<const KvErrorProbe* const> probes, const KvSpec& spec,
+                                                RotationSet& rs, std::span<const float> grid) {
+  const int n_layers = int(rs.layers.size());
+  OSCAR_CHECK(!probes.empty(), "clip search without a probe");
   if (!spec.uses_rotation(KvRotation::calibrated, n_layers) || spec.mixed())
     fail("clip search needs a uniform calibrated KV type (int2-oscar*), got '{}'", spec.name());
+  auto worst = [&](int l, std::vector<double>* each) { return worst_error(probes, spec, rs, l, each); };
   std::vector<LayerClipChoice> out;
   for (int l = 0; l < n_layers; ++l) {
     LayerRotation& lr = rs.layers[size_t(l)];
-    LayerClipChoice c{lr.k_clip, lr.v_clip, probe.layer(spec, &rs, l).error, 0.0};
+    LayerClipChoice c{lr.k_clip, lr.v_clip, worst(l, nullptr), 0.0, {}};
     double best = c.error_before;
     for (float* clip : {&lr.k_clip, &lr.v_clip}) {
       const float keep = *clip;
@@ -26,14 +78,14 @@ std::vector<LayerClipChoice> search_clip_ratios(const KvErrorProbe& probe, const
       for (float g : grid) {
         if (g == keep) continue;
         *clip = g;
-        const double e = probe.layer(spec, &rs, l).error;
+        const double e = worst(l, nullptr);
         if (e < best) best = e, best_clip = g;
       }
       *clip = best_clip;
     }
     c.k_clip = lr.k_clip;
     c.v_clip = lr.v_clip;
-    c.error_after = best;
+    c.error_after = worst(l, &c.probe_errors);
     out.push_back(c);
   }
   return out;
