@@ -9,6 +9,7 @@
 
 #include "oscar/calib/key_scale.h"
 #include "oscar/core/error.h"
+#include "oscar/eval/kl_divergence.h"
 #include "oscar/eval/kv_search.h"
 #include "oscar/ops/rope.h"
 
@@ -136,6 +137,10 @@ void add_tune_options(CLI::App& cmd, TuneOptions& o, bool clip_default, bool per
   cmd.add_flag("--k-mean-search", o.k_mean_search,
                "keep each layer's key mean (--k-mean) only where the layer's probe error is lower with it than "
                "without (measured before the clip search)");
+  cmd.add_flag("--k-mean-check", o.k_mean_check,
+               "after the clip search, run the model over the probe text with BF16 KV, with the KV type and with it "
+               "less every key mean, and keep the key means only if the model's KL divergence to BF16 (over the "
+               "positions past the BF16 windows) is lower with them: a choice per model, end to end");
   if (per_source_probes)
     cmd.add_option("--clip-objective", o.clip_objective,
                    "what the clip search minimizes: mean (the error on one probe that mixes every calibration source; "
@@ -178,6 +183,37 @@ RecordedProbe record_probe(LoadedModel& m, std::span<const int32_t> ids, int64_t
   m.transformer->set_observer(nullptr);
   r.probe = std::make_unique<KvErrorProbe>(*m.transformer, *r.rec, int64_t(ids.size()), queries);
   return r;
+}
+
+// --k-mean-check: the model's own next-token distributions over the probe with BF16 KV, with
+// `base` and rs, and with `base` and rs less every key mean; the last `scored` positions are
+// compared (mean KL to BF16). Drops the key means from rs when the model does better without.
+// The model is left with a BF16 cache, as the searches found it (R_V is not absorbed).
+nlohmann::json check_key_means_end_to_end(LoadedModel& m, std::span<const int32_t> ids, int64_t scored,
+                                          const KvSpec& base, RotationSet& rs) {
+  Transformer& t = *m.transformer;
+  const int64_t n = int64_t(ids.size()), vocab = t.config().n_vocab;
+  scored = std::clamp<int64_t>(scored, 1, n);
+  auto run = [&](const KvSpec& spec, const RotationSet* r) {
+    t.configure_kv(spec, r, /*absorb_v=*/false);
+    KvCache cache = t.make_cache(n);
+    const SeqId seq = cache.add_sequence();
+    std::vector<float> logits;
+    t.forward(cache, seq, ids, LogitsFor::all, logits);
+    return std::vector<float>(logits.end() - scored * vocab, logits.end());
+  };
+  const std::vector<float> ref = run(KvSpec::parse("bf16"), nullptr);
+  const double with = mean_kl_divergence(ref, run(base, &rs), vocab);
+  RotationSet without = rs;
+  for (LayerRotation& l : without.layers) l.k_mean.clear();
+  const double wo = mean_kl_divergence(ref, run(base, &without), vocab);
+  t.configure_kv(KvSpec::parse("bf16"), nullptr, /*absorb_v=*/false);
+  const bool kept = with <= wo;
+  if (!kept)
+    for (LayerRotation& l : rs.layers) l.k_mean.clear();
+  fmt::print(stderr, "key-mean check: the model's KLD to BF16 KV on the probe's last {} positions: {:.5f} with the key "
+             "means, {:.5f} without: {}\n", scored, with, wo, kept ? "kept" : "dropped");
+  return {{"scored_positions", scored}, {"kld_with", with}, {"kld_without", wo}, {"kept", kept}};
 }
 
 nlohmann::json clip_json(const std::vector<LayerClipChoice>& ch, const std::vector<float>& grid,
@@ -232,7 +268,7 @@ nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, i
   // The mixed probe: the budget search, and the clip search unless it runs per source.
   std::optional<RecordedProbe> mixed;
   int64_t n = cap;
-  if (o.kv_budget || ((o.clip() || o.k_mean_search) && !o.worst_case())) {
+  if (o.kv_budget || o.k_mean_check || ((o.clip() || o.k_mean_search) && !o.worst_case())) {
     if (n > int64_t(ids.size())) {
       fmt::print(stderr, "note: the calibration text has only {} tokens; the searches use them all, not {}\n",
                  ids.size(), n);
@@ -293,6 +329,12 @@ nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, i
     fmt::print(stderr, "clip search{}: mean attention-output error {:.4f} -> {:.4f} ({:.1f} s so far)\n",
                o.worst_case() ? fmt::format(" (worst of {} sources)", probes.size()) : "", mean(before), mean(after),
                seconds_since(t0));
+  }
+
+  if (o.k_mean_check) {  // after the clips, which were searched with the key means
+    if (!base.k_mean) fail("--k-mean-check compares the model with and without key means; it cannot run with --no-k-mean");
+    const std::span<const int32_t> probe_ids(ids.data() + probe_from, size_t(n));
+    out["k_mean_check"] = check_key_means_end_to_end(m, probe_ids, n - windows, base, rs);
   }
 
   if (o.kv_budget) {

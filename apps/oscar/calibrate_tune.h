@@ -26,12 +26,13 @@ struct TuneOptions {
   // source; "worst" (calibrate only) on one probe per source, minimizing the largest error.
   std::string clip_objective = "mean";
   bool k_mean_search = false;  // --k-mean-search: keep each layer's key mean only where it helps
+  bool k_mean_check = false;   // --k-mean-check: keep the key means only if the model's KLD is lower with them
   bool worst_case() const { return (clip() || k_mean_search) && clip_objective == "worst"; }
 
   bool clip() const { return clip_search || (clip_search_default && !no_clip_search); }
-  bool any() const { return clip() || kv_budget.has_value() || k_mean_search; }
+  bool any() const { return clip() || kv_budget.has_value() || k_mean_search || k_mean_check; }
   // Asked for by a flag: then a search that cannot run is an error, not a note.
-  bool requested() const { return clip_search || kv_budget.has_value() || k_mean_search; }
+  bool requested() const { return clip_search || kv_budget.has_value() || k_mean_search || k_mean_check; }
 };
 
 // --clip-search (with clip_default also --no-clip-search), --kv-budget, --kv-budget-types,

@@ -157,6 +157,10 @@ sys.exit(0 if [s['domain'] for s in m['calibration_sources']] == ['prose-en', 'c
     "key-mean search: [0-9]+ of 30 layers keep their key mean.*clip search \(worst of 2 sources\)" \
     bash -c "'$bin' calibrate -m '$OSCAR_MODEL' --corpus '$tmp/corpus' --tokens 128 --prompts 4 --sink 4 --recent 16 \
       --probe-tokens 200 --probe-queries 16 --pool equal --clip-objective worst --k-mean-search -o '$tmp/rot_cand' 2>&1 | tr '\r\n' '  '"
+  check "rotations tune --k-mean-check compares the model with and without key means" 0 \
+    "key-mean check: .* 0\.[0-9]+ with the key means, 0\.[0-9]+ without: (kept|dropped)" \
+    "$bin" rotations tune -m "$OSCAR_MODEL" --rotations "$tmp/rot_cand" -f "$txt" -o "$tmp/rot_check" --k-mean-check \
+      --probe-from 0 --probe-tokens 200 --probe-queries 16
   check "the manifest records the pool, the per-source probes and the key-mean choice" 0 "" python3 -c "
 import json, sys
 m = json.load(open('$tmp/rot_cand/manifest.json'))

@@ -58,6 +58,27 @@ TEST(KlDivergence, MatchesDirectComputation) {
   EXPECT_NEAR(r.ppl, std::exp(-(la[7] + lb[7]) / 2), 1e-9 * r.ppl);
 }
 
+TEST(KlDivergence, MeanOverRowsOfRawLogits) {
+  // Two rows: one identical (0), one perturbed (the direct double KL): the mean is half of it.
+  const auto a = test::random_vector(2000, 4, -6, 6);
+  auto b = a;
+  const auto noise = test::random_vector(2000, 5, -1, 1);
+  for (size_t i = 0; i < b.size(); ++i) b[i] += noise[i];
+  const auto la = log_softmax_ref(a), lb = log_softmax_ref(b);
+  double kl = 0.0;
+  for (size_t i = 0; i < la.size(); ++i) kl += std::exp(la[i]) * (la[i] - lb[i]);
+  std::vector<float> ref = a, test = a;
+  ref.insert(ref.end(), a.begin(), a.end());
+  test.insert(test.end(), b.begin(), b.end());
+  EXPECT_NEAR(mean_kl_divergence(ref, test, 2000), kl / 2, 1e-12 + 1e-9 * kl);
+  EXPECT_GT(kl, 0.05);
+  std::vector<float> shifted = a;  // softmax ignores a constant shift
+  for (float& x : shifted) x += 3.0f;
+  EXPECT_NEAR(mean_kl_divergence(a, shifted, 2000), 0.0, 1e-9);
+  EXPECT_THROW(mean_kl_divergence(a, std::vector<float>(1999), 2000), Error);
+  EXPECT_THROW(mean_kl_divergence(a, a, 1999), Error);
+}
+
 TEST(KlDivergence, SameTopOne) {
   std::vector<float> base(100, 0.0f), other(100, 0.0f);
   base[3] = 5;

@@ -91,6 +91,28 @@ TEST(RotationAbsorb, AbsorbedEqualsUnabsorbedEqualsUnrotated) {
   }
 }
 
+TEST(RotationAbsorb, ReconfiguringIsExactUnlessRvWasAbsorbed) {
+  // Calibration runs one model with BF16 KV, then int2-oscar (R_V at run time), then BF16
+  // again (--k-mean-check): the last run must equal the first bit for bit. After absorption
+  // the weights carry R_V, so configuring again is refused.
+  const RotationSet rs = random_rotations(2, 16, false, 78);
+  Transformer t(tiny_model(true, 6));
+  t.configure_kv(f32_spec(KvRotation::none));
+  const std::vector<float> first = run_logits(t);
+  KvSpec q = KvSpec::parse("int2-oscar");
+  q.group = 16, q.sink = 2, q.recent = 4;
+  q.validate();
+  t.configure_kv(q, &rs, /*absorb_v=*/false);
+  const std::vector<float> quantized = run_logits(t);
+  t.configure_kv(f32_spec(KvRotation::none));
+  EXPECT_EQ(run_logits(t), first);
+  EXPECT_GT(test::max_rel_error(quantized.data(), first.data(), first.size()), 1e-3);  // the int2 run differed
+
+  Transformer a(tiny_model(true, 6));
+  a.configure_kv(f32_spec(KvRotation::calibrated), &rs, /*absorb_v=*/true);
+  EXPECT_THROW(a.configure_kv(f32_spec(KvRotation::none)), Error);
+}
+
 // --kv-layers with OSCAR on some layers only: R_V is absorbed into exactly those layers'
 // W_v / W_o (the others keep their weights), and absorbed equals run-time rotation
 // (≤ 1e-4, as above). Layer 0 is int8 without rotation, layer 1 int2-oscar.

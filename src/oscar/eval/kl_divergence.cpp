@@ -33,6 +33,33 @@ T load(const uint8_t* p) {
 }
 }  // namespace
 
+double mean_kl_divergence(std::span<const float> ref_logits, std::span<const float> test_logits, int64_t n_vocab) {
+  if (n_vocab <= 0 || ref_logits.size() != test_logits.size() || ref_logits.size() % size_t(n_vocab) != 0)
+    fail("mean_kl_divergence: {} and {} logits for a vocabulary of {}", ref_logits.size(), test_logits.size(), n_vocab);
+  const int64_t rows = int64_t(ref_logits.size()) / n_vocab;
+  if (rows == 0) return 0.0;
+  auto log_sum_exp = [n_vocab](const float* x) {
+    double mx = x[0];
+    for (int64_t i = 1; i < n_vocab; ++i) mx = std::max(mx, double(x[i]));
+    double s = 0.0;
+    for (int64_t i = 0; i < n_vocab; ++i) s += std::exp(double(x[i]) - mx);
+    return mx + std::log(s);
+  };
+  double total = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = ref_logits.data() + r * n_vocab;
+    const float* b = test_logits.data() + r * n_vocab;
+    const double za = log_sum_exp(a), zb = log_sum_exp(b);
+    double kl = 0.0;
+    for (int64_t i = 0; i < n_vocab; ++i) {
+      const double lpa = double(a[i]) - za;
+      kl += std::exp(lpa) * (lpa - (double(b[i]) - zb));
+    }
+    total += std::max(kl, 0.0);
+  }
+  return total / double(rows);
+}
+
 int64_t kld_row_bytes(int64_t n_vocab) { return kRowHeaderBytes + 2 * n_vocab; }
 
 void encode_log_probs(std::span<const float> logits, uint8_t* row) {

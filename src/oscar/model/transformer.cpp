@@ -38,7 +38,9 @@ KvShape Transformer::kv_shape() const {
 }
 
 void Transformer::configure_kv(const KvSpec& spec, const RotationSet* rotations, bool absorb_v) {
-  OSCAR_CHECK(!rotation_.active(), "configure_kv called again after rotations were applied");
+  // Reconfiguring is fine (calibration compares KV types on one model) unless R_V went into
+  // the weights: those cannot be taken back out.
+  OSCAR_CHECK(!(rotation_.active() && rotation_.v_absorbed()), "configure_kv called again after R_V was absorbed");
   spec.validate();
   const ModelConfig& c = config();
   spec.validate_layers(c.n_layers);
@@ -84,6 +86,8 @@ void Transformer::configure_kv(const KvSpec& spec, const RotationSet* rotations,
       rotation_.rotate_k(l, key_shift_[size_t(l)].data(), c.n_kv_heads);
     }
   }
+  k_formats_.clear();
+  v_formats_.clear();
   if (spec.quantized()) {
     auto [kf, vf] = make_history_formats(spec, kv_shape(), rs);
     k_formats_ = std::move(kf);
