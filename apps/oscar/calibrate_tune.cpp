@@ -223,7 +223,7 @@ nlohmann::json clip_json(const std::vector<LayerClipChoice>& ch, const std::vect
   for (size_t l = 0; l < ch.size(); ++l) {
     layers.push_back({{"layer", l}, {"k_clip", ch[l].k_clip}, {"v_clip", ch[l].v_clip},
                       {"error_before", ch[l].error_before}, {"error_after", ch[l].error_after}});
-    if (!ch[l].probe_errors.empty()) layers.back()["probe_errors"] = ch[l].probe_errors;
+    if (!probe_names.empty()) layers.back()["probe_errors"] = ch[l].probe_errors;
     before.push_back(ch[l].error_before);
     after.push_back(ch[l].error_after);
   }
@@ -239,6 +239,10 @@ nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, i
   const ModelConfig& c = m.transformer->config();
   const int64_t cap = c.n_ctx_train > 0 ? std::min<int64_t>(o.probe_tokens, c.n_ctx_train) : o.probe_tokens;
   const int64_t windows = int64_t(base.sink) + base.recent;
+  if (o.k_mean_search && !base.k_mean)
+    fail("--k-mean-search chooses among the key means; it cannot run with --no-k-mean");
+  if (o.k_mean_check && !base.k_mean)
+    fail("--k-mean-check compares the model with and without key means; it cannot run with --no-k-mean");
   const auto t0 = std::chrono::steady_clock::now();
   nlohmann::json out = nlohmann::json::object();
 
@@ -265,10 +269,12 @@ nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, i
     if (per_source.empty()) fail("--clip-objective worst: no calibration source leaves a probe past the BF16 windows");
   }
 
-  // The mixed probe: the budget search, and the clip search unless it runs per source.
+  // The mixed probe: the budget search, the per-layer searches unless they run per source
+  // (these record its q, k, v), and --k-mean-check (which runs the model over its tokens).
+  const bool record_mixed = o.kv_budget || ((o.clip() || o.k_mean_search) && !o.worst_case());
   std::optional<RecordedProbe> mixed;
   int64_t n = cap;
-  if (o.kv_budget || o.k_mean_check || ((o.clip() || o.k_mean_search) && !o.worst_case())) {
+  if (record_mixed || o.k_mean_check) {
     if (n > int64_t(ids.size())) {
       fmt::print(stderr, "note: the calibration text has only {} tokens; the searches use them all, not {}\n",
                  ids.size(), n);
@@ -290,7 +296,8 @@ nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, i
                  int64_t(ids.size()) - probe_from, n);
       probe_from = 0;
     }
-    mixed = record_probe(m, std::span<const int32_t>(ids.data() + probe_from, size_t(n)), o.probe_queries);
+    if (record_mixed)
+      mixed = record_probe(m, std::span<const int32_t>(ids.data() + probe_from, size_t(n)), o.probe_queries);
     fmt::print(stderr, "searches: {} probe tokens (from token {}), last {} queries, base {}\n", n, probe_from,
                o.probe_queries, base.name());
     out["probe_tokens"] = n;
@@ -305,7 +312,6 @@ nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, i
     probes.push_back(mixed->probe.get());
 
   if (o.k_mean_search) {  // before the clips, which are then searched for the keys as stored
-    if (!base.k_mean) fail("--k-mean-search chooses among the key means; it cannot run with --no-k-mean");
     const std::vector<LayerKeyMeanChoice> ch = choose_key_means(probes, base, rs);
     nlohmann::json layers = nlohmann::json::array();
     std::vector<int> kept;
@@ -322,8 +328,7 @@ nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, i
 
   if (o.clip()) {
     const std::vector<float> grid = default_clip_grid();
-    const std::vector<LayerClipChoice> ch = o.worst_case() ? search_clip_ratios(probes, base, rs, grid)
-                                                           : search_clip_ratios(*probes[0], base, rs, grid);
+    const std::vector<LayerClipChoice> ch = search_clip_ratios(probes, base, rs, grid);
     std::vector<double> before, after;
     out["clip_search"] = clip_json(ch, grid, per_source_names, before, after);
     fmt::print(stderr, "clip search{}: mean attention-output error {:.4f} -> {:.4f} ({:.1f} s so far)\n",
@@ -332,7 +337,6 @@ nlohmann::json tune_rotations(LoadedModel& m, const std::vector<int32_t>& ids, i
   }
 
   if (o.k_mean_check) {  // after the clips, which were searched with the key means
-    if (!base.k_mean) fail("--k-mean-check compares the model with and without key means; it cannot run with --no-k-mean");
     const std::span<const int32_t> probe_ids(ids.data() + probe_from, size_t(n));
     out["k_mean_check"] = check_key_means_end_to_end(m, probe_ids, n - windows, base, rs);
   }

@@ -38,23 +38,13 @@ double mean_kl_divergence(std::span<const float> ref_logits, std::span<const flo
     fail("mean_kl_divergence: {} and {} logits for a vocabulary of {}", ref_logits.size(), test_logits.size(), n_vocab);
   const int64_t rows = int64_t(ref_logits.size()) / n_vocab;
   if (rows == 0) return 0.0;
-  auto log_sum_exp = [n_vocab](const float* x) {
-    double mx = x[0];
-    for (int64_t i = 1; i < n_vocab; ++i) mx = std::max(mx, double(x[i]));
-    double s = 0.0;
-    for (int64_t i = 0; i < n_vocab; ++i) s += std::exp(double(x[i]) - mx);
-    return mx + std::log(s);
-  };
+  std::vector<double> la(static_cast<size_t>(n_vocab)), lb(static_cast<size_t>(n_vocab));
   double total = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
-    const float* a = ref_logits.data() + r * n_vocab;
-    const float* b = test_logits.data() + r * n_vocab;
-    const double za = log_sum_exp(a), zb = log_sum_exp(b);
+    log_softmax(ref_logits.subspan(size_t(r * n_vocab), size_t(n_vocab)), la.data());
+    log_softmax(test_logits.subspan(size_t(r * n_vocab), size_t(n_vocab)), lb.data());
     double kl = 0.0;
-    for (int64_t i = 0; i < n_vocab; ++i) {
-      const double lpa = double(a[i]) - za;
-      kl += std::exp(lpa) * (lpa - (double(b[i]) - zb));
-    }
+    for (int64_t i = 0; i < n_vocab; ++i) kl += std::exp(la[size_t(i)]) * (la[size_t(i)] - lb[size_t(i)]);
     total += std::max(kl, 0.0);
   }
   return total / double(rows);

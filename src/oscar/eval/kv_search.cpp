@@ -66,11 +66,12 @@ std::vector<LayerClipChoice> search_clip_ratios(std::span<const KvErrorProbe* co
   OSCAR_CHECK(!probes.empty(), "clip search without a probe");
   if (!spec.uses_rotation(KvRotation::calibrated, n_layers) || spec.mixed())
     fail("clip search needs a uniform calibrated KV type (int2-oscar*), got '{}'", spec.name());
-  auto worst = [&](int l, std::vector<double>* each) { return worst_error(probes, spec, rs, l, each); };
   std::vector<LayerClipChoice> out;
+  std::vector<double> each;
   for (int l = 0; l < n_layers; ++l) {
     LayerRotation& lr = rs.layers[size_t(l)];
-    LayerClipChoice c{lr.k_clip, lr.v_clip, worst(l, nullptr), 0.0, {}};
+    LayerClipChoice c;
+    c.error_before = worst_error(probes, spec, rs, l, &c.probe_errors);
     double best = c.error_before;
     for (float* clip : {&lr.k_clip, &lr.v_clip}) {
       const float keep = *clip;
@@ -78,14 +79,14 @@ std::vector<LayerClipChoice> search_clip_ratios(std::span<const KvErrorProbe* co
       for (float g : grid) {
         if (g == keep) continue;
         *clip = g;
-        const double e = worst(l, nullptr);
-        if (e < best) best = e, best_clip = g;
+        const double e = worst_error(probes, spec, rs, l, &each);
+        if (e < best) best = e, best_clip = g, c.probe_errors = each;
       }
       *clip = best_clip;
     }
     c.k_clip = lr.k_clip;
     c.v_clip = lr.v_clip;
-    c.error_after = worst(l, &c.probe_errors);
+    c.error_after = best;
     out.push_back(c);
   }
   return out;
