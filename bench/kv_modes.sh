@@ -5,8 +5,9 @@
 #   bench/kv_modes.sh CTX CHUNKS OUT_PREFIX [MODEL] [ROTATIONS]
 # OSCAR_KV_MODES overrides the list ("int4+k-bias-split" / "int2-oscar+no-k-bias-split" /
 # "int2-oscar+no-k-mean" / "int2-oscar+k-scale" add that flag; "+kv-group=32", "+kv-sink=N",
-# "+kv-recent=N" set that option; "int2-oscar@DIR" uses the rotations in DIR, e.g. ones from `oscar rotations
-# tune`, and is labelled with DIR's name); the BF16 base run is stored once per model, ctx
+# "+kv-recent=N" set that option; "+k-int4" / "+v-int4" (or int8) widen the keys' or the
+# values' codes; "int2-oscar@DIR" uses the rotations in DIR, e.g. ones from `oscar rotations
+# tune`, and is labelled with DIR's name; suffixes come before "@DIR"); the BF16 base run is stored once per model, ctx
 # and chunk count under $OSCAR_CACHE/kld/ and reused. OSCAR_PPL_ARGS adds arguments to every
 # `oscar ppl` run, base included (e.g. "--device cuda"; the base is then stored apart).
 set -euo pipefail
@@ -55,6 +56,9 @@ for kv in $modes; do
         *+k-bias-split) extra+=(--k-bias-split) base_kv="${base_kv%+k-bias-split}" ;;
         *+no-k-mean) extra+=(--no-k-mean) base_kv="${base_kv%+no-k-mean}" ;;
         *+k-scale) extra+=(--k-scale) base_kv="${base_kv%+k-scale}" ;;
+        *+k-int4|*+k-int8|*+v-int4|*+v-int8)  # "+k-int4" → --kv-k-type int4
+          opt="${base_kv##*+}" base_kv="${base_kv%+*}"
+          extra+=("--kv-${opt%%-*}-type" "${opt#*-}") ;;
         *+kv-group=*|*+kv-sink=*|*+kv-recent=*)  # "+kv-recent=512" → --kv-recent 512
           opt="${base_kv##*+}" base_kv="${base_kv%+*}"
           extra+=("--${opt%%=*}" "${opt#*=}") ;;

@@ -11,6 +11,7 @@
 #include "oscar/core/error.h"
 #include "oscar/eval/kl_divergence.h"
 #include "oscar/eval/kv_search.h"
+#include "oscar/eval/paired_difference.h"
 #include "oscar/ops/rope.h"
 
 namespace oscar::cli {
@@ -139,8 +140,9 @@ void add_tune_options(CLI::App& cmd, TuneOptions& o, bool clip_default, bool per
                "without (measured before the clip search)");
   cmd.add_flag("--k-mean-check", o.k_mean_check,
                "after the clip search, run the model over the probe text with BF16 KV, with the KV type and with it "
-               "less every key mean, and keep the key means only if the model's KL divergence to BF16 (over the "
-               "positions past the BF16 windows) is lower with them: a choice per model, end to end");
+               "less every key mean, and drop the key means only if the model's KL divergence to BF16 (over the "
+               "positions past the BF16 windows) is lower without them by more than two standard errors of the "
+               "paired difference: a choice per model, end to end");
   if (per_source_probes)
     cmd.add_option("--clip-objective", o.clip_objective,
                    "what the clip search minimizes: mean (the error on one probe that mixes every calibration source; "
@@ -187,8 +189,12 @@ RecordedProbe record_probe(LoadedModel& m, std::span<const int32_t> ids, int64_t
 
 // --k-mean-check: the model's own next-token distributions over the probe with BF16 KV, with
 // `base` and rs, and with `base` and rs less every key mean; the last `scored` positions are
-// compared (mean KL to BF16). Drops the key means from rs when the model does better without.
+// compared (KL to BF16 per position). Drops the key means from rs only when the model does
+// better without them by more than kKeyMeanCheckZ standard errors of the paired difference:
+// the key means are the default, and a difference inside the probe's noise keeps them.
 // The model is left with a BF16 cache, as the searches found it (R_V is not absorbed).
+constexpr int64_t kKeyMeanCheckBlock = 64;  // positions per block of the paired difference's error
+constexpr double kKeyMeanCheckZ = 2.0;
 nlohmann::json check_key_means_end_to_end(LoadedModel& m, std::span<const int32_t> ids, int64_t scored,
                                           const KvSpec& base, RotationSet& rs) {
   Transformer& t = *m.transformer;
@@ -203,17 +209,22 @@ nlohmann::json check_key_means_end_to_end(LoadedModel& m, std::span<const int32_
     return std::vector<float>(logits.end() - scored * vocab, logits.end());
   };
   const std::vector<float> ref = run(KvSpec::parse("bf16"), nullptr);
-  const double with = mean_kl_divergence(ref, run(base, &rs), vocab);
-  RotationSet without = rs;
-  for (LayerRotation& l : without.layers) l.k_mean.clear();
-  const double wo = mean_kl_divergence(ref, run(base, &without), vocab);
+  const std::vector<double> with = row_kl_divergences(ref, run(base, &rs), vocab);
+  RotationSet without_means = rs;
+  for (LayerRotation& l : without_means.layers) l.k_mean.clear();
+  const std::vector<double> without = row_kl_divergences(ref, run(base, &without_means), vocab);
   t.configure_kv(KvSpec::parse("bf16"), nullptr, /*absorb_v=*/false);
-  const bool kept = with <= wo;
+  const PairedDifference d = paired_difference(without, with, kKeyMeanCheckBlock);  // < 0: better without
+  const bool kept = !(d.mean < 0 && d.significant(kKeyMeanCheckZ));
   if (!kept)
     for (LayerRotation& l : rs.layers) l.k_mean.clear();
+  const double kld_with = mean(with), kld_without = mean(without);
   fmt::print(stderr, "key-mean check: the model's KLD to BF16 KV on the probe's last {} positions: {:.5f} with the key "
-             "means, {:.5f} without: {}\n", scored, with, wo, kept ? "kept" : "dropped");
-  return {{"scored_positions", scored}, {"kld_with", with}, {"kld_without", wo}, {"kept", kept}};
+             "means, {:.5f} without ({:+.5f} ± {:.5f}): {}\n", scored, kld_with, kld_without, d.mean,
+             d.standard_error, kept ? "kept" : "dropped");
+  return {{"scored_positions", scored}, {"kld_with", kld_with}, {"kld_without", kld_without},
+          {"difference", d.mean}, {"difference_stderr", d.standard_error}, {"blocks", d.blocks},
+          {"block_positions", kKeyMeanCheckBlock}, {"z", kKeyMeanCheckZ}, {"kept", kept}};
 }
 
 nlohmann::json clip_json(const std::vector<LayerClipChoice>& ch, const std::vector<float>& grid,

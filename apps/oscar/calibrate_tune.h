@@ -27,7 +27,7 @@ struct TuneOptions {
   // source; "worst" (calibrate only) on one probe per source, minimizing the largest error.
   std::string clip_objective = "mean";
   bool k_mean_search = false;  // --k-mean-search: keep each layer's key mean only where it helps
-  bool k_mean_check = false;   // --k-mean-check: keep the key means only if the model's KLD is lower with them
+  bool k_mean_check = false;  // --k-mean-check: drop the key means only if the model's KLD is clearly lower without
   bool worst_case() const { return (clip() || k_mean_search) && clip_objective == "worst"; }
 
   bool clip() const { return clip_search || (clip_search_default && !no_clip_search); }
@@ -37,7 +37,8 @@ struct TuneOptions {
 };
 
 // --clip-search (with clip_default also --no-clip-search), --kv-budget, --kv-budget-types,
-// --probe-tokens, --probe-queries; with per_source_probes also --clip-objective.
+// --probe-tokens, --probe-queries, --k-mean-search, --k-mean-check; with per_source_probes also
+// --clip-objective.
 void add_tune_options(CLI::App& cmd, TuneOptions& o, bool clip_default, bool per_source_probes = false);
 // The KV type name the searches measure: --kv, or int2-oscar for the default (bf16).
 std::string tune_base_kv(const ModelOptions& o);

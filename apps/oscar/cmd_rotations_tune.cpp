@@ -35,7 +35,7 @@ nlohmann::json kept_manifest(const std::string& rotations) {
 int tune(const RotationsTuneOptions& opts) {
   RotationsTuneOptions o = opts;
   if (o.model.k_scale) o.tune.clip_search = true;  // the old clips were searched without the scale
-  if (!o.tune.any()) fail("nothing to tune: give --clip-search, --kv-budget BITS, --k-mean-search and/or --k-scale");
+  if (!o.tune.any()) fail("nothing to tune: give --clip-search, --kv-budget BITS, --k-mean-search, --k-mean-check and/or --k-scale");
   RotationSet rs = load_rotations(o.model.rotations);
   std::error_code ec;
   if (std::filesystem::equivalent(o.out_dir, o.model.rotations, ec))

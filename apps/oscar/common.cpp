@@ -47,6 +47,12 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool with_ctx) {
   cmd.add_flag("--k-scale", o.k_scale,
                "int2-oscar*: divide keys and multiply queries by the rotations' per-channel key scale before R_K "
                "(opt-in; needs rotations made by `oscar rotations tune --k-scale`)");
+  cmd.add_option("--kv-k-type", o.kv_k_type,
+                 "keys' history type when it should differ from the values' (int4 | int8; e.g. --kv int2-oscar "
+                 "--kv-k-type int4: 4-bit keys, 2-bit values, same rotations; CPU only)")
+      ->check(CLI::IsMember({"int4", "int8"}));
+  cmd.add_option("--kv-v-type", o.kv_v_type, "values' history type when it should differ from the keys' (int4 | int8)")
+      ->check(CLI::IsMember({"int4", "int8"}));
   cmd.add_option("--weights", o.weights,
                  "CPU weight storage: native (the file's quantized / F16 / BF16 rows, integer AVX2 kernels, no copy) "
                  "or f32 (dequantized at load: the exact reference path, 4 bytes per parameter)")

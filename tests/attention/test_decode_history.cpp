@@ -28,7 +28,9 @@ struct HistoryCache {
 };
 
 // One layer, n tokens written and demoted: history [sink, n − recent) for per-token formats.
-std::unique_ptr<HistoryCache> make_cache(KvQuant q, int n_kv_heads, int d, int group, int64_t n, uint64_t seed) {
+// k_wide / v_wide: wider codes for the keys or the values alone (--kv-k-type / --kv-v-type).
+std::unique_ptr<HistoryCache> make_cache(KvQuant q, int n_kv_heads, int d, int group, int64_t n, uint64_t seed,
+                                         KvQuant k_wide = KvQuant::none, KvQuant v_wide = KvQuant::none) {
   KvSpec spec;
   spec.mode = kv_quant_name(q);
   spec.quant = q;
@@ -39,6 +41,7 @@ std::unique_ptr<HistoryCache> make_cache(KvQuant q, int n_kv_heads, int d, int g
   spec.k_clip = q == KvQuant::kivi2 ? 0.0f : 0.97f;
   spec.v_clip = q == KvQuant::kivi2 ? 0.0f : 0.95f;
   spec.kivi_tokens = 16;
+  spec.k_quant = k_wide, spec.v_quant = v_wide;
   const KvShape shape{1, n_kv_heads, d};
   auto [kf, vf] = make_history_formats(spec, shape, nullptr);
   auto c = std::unique_ptr<HistoryCache>(new HistoryCache{kf, vf, KvCache(shape, spec, n + 64, kf, vf), 0});
@@ -103,6 +106,7 @@ struct Case {
   KvQuant quant;
   int d, group;
   std::vector<int> gqa;
+  KvQuant k_wide = KvQuant::none, v_wide = KvQuant::none;  // K and V in different formats
 };
 
 TEST(DecodeHistory, Avx2AndGenericMatchReference) {
@@ -121,12 +125,18 @@ TEST(DecodeHistory, Avx2AndGenericMatchReference) {
       {KvQuant::int4, 128, 32, {4, 6}},
       {KvQuant::int8, 64, 64, {1, 3, 9}},
       {KvQuant::int8, 256, 128, {2, 6}},
+      {KvQuant::int2, 64, 64, {1, 3, 5}, KvQuant::int4},
+      {KvQuant::int2, 128, 32, {2, 6}, KvQuant::none, KvQuant::int8},
+      {KvQuant::int2_lloyd_max_exact, 64, 64, {3}, KvQuant::int8, KvQuant::none},
   };
   const int n_kv_heads = 2;
   const int64_t n = 720;  // history [3, 715): 712 rows, three 256-row sub-chunks
   for (const Case& cs : cases) {
-    auto hc = make_cache(cs.quant, n_kv_heads, cs.d, cs.group, n, uint64_t(cs.d * 31 + cs.group + int(cs.quant)));
+    auto hc = make_cache(cs.quant, n_kv_heads, cs.d, cs.group, n, uint64_t(cs.d * 31 + cs.group + int(cs.quant)),
+                         cs.k_wide, cs.v_wide);
     const KvSeqView view = hc->cache.view(0, hc->seq, n);
+    ASSERT_EQ(view.k_format->quant, cs.k_wide == KvQuant::none ? cs.quant : cs.k_wide);
+    ASSERT_EQ(view.v_format->quant, cs.v_wide == KvQuant::none ? cs.quant : cs.v_wide);
     ASSERT_TRUE(decode_history_avx2_supports(*view.k_format)) << kv_quant_name(cs.quant);
     ASSERT_TRUE(decode_history_avx2_supports(*view.v_format));
     const int64_t hb = view.hist_begin, he = view.hist_end;
@@ -143,7 +153,8 @@ TEST(DecodeHistory, Avx2AndGenericMatchReference) {
           auto add = test::random_vector(size_t(G * (e - b)), uint64_t(b + e), -3, 3);
           for (int kvh = 0; kvh < n_kv_heads; ++kvh) {
             DecodeChunk c{view, kvh, b, e, q.data(), G, scale, with_add ? add.data() : nullptr};
-            const std::string what = std::string(kv_quant_name(cs.quant)) + " d " + std::to_string(cs.d) + " G " +
+            const std::string what = std::string(kv_quant_name(cs.quant)) + "/K " + kv_quant_name(view.k_format->quant) +
+                                     "/V " + kv_quant_name(view.v_format->quant) + " d " + std::to_string(cs.d) + " G " +
                                      std::to_string(cs.group) + " gqa " + std::to_string(G) + " keys [" +
                                      std::to_string(b) + ", " + std::to_string(e) + ")" + (with_add ? " +add" : "") +
                                      " kv head " + std::to_string(kvh);

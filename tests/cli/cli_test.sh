@@ -111,6 +111,13 @@ if [[ -f "$OSCAR_MODEL" ]]; then
     --rotations "$tmp/rot" --k-channel "$here/../data/ppl_text.txt"
   check "--k-bias-split on a baseline is reported" 0 "KV int4\+k-bias-split$" \
     "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 64 --chunks 1 --kv int4 --k-bias-split
+  check "--kv-k-type int4 widens the keys and is reported" 0 "KV cache bits per element at 384 tokens: 4\.[0-9]+ \(int2-oscar\+k-int4," \
+    "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 384 --chunks 1 --kv int2-oscar --rotations "$tmp/rot" \
+    --kv-sink 4 --kv-recent 16 --kv-k-type int4
+  check "--kv-v-type on kivi2" nonzero "--kv-v-type needs a per-token quantized --kv type" \
+    "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 64 --chunks 1 --kv kivi2 --kv-v-type int4
+  check "--kv-k-type bad" nonzero "--kv-k-type: .*not in" \
+    "$bin" ppl -m "$OSCAR_MODEL" -f "$here/../data/ppl_text.txt" -c 64 --chunks 1 --kv int2 --kv-k-type int3
   # Several calibration sources (issue 26): -f PATH[:WEIGHT] repeated, chat .jsonl through the
   # model's template, a corpus directory (--corpus, or the default one), the manifest's record.
   txt="$here/../data/ppl_text.txt"
@@ -158,9 +165,14 @@ sys.exit(0 if [s['domain'] for s in m['calibration_sources']] == ['prose-en', 'c
     bash -c "'$bin' calibrate -m '$OSCAR_MODEL' --corpus '$tmp/corpus' --tokens 128 --prompts 4 --sink 4 --recent 16 \
       --probe-tokens 200 --probe-queries 16 --pool equal --clip-objective worst --k-mean-search -o '$tmp/rot_cand' 2>&1 | tr '\r\n' '  '"
   check "rotations tune --k-mean-check compares the model with and without key means" 0 \
-    "key-mean check: .* 0\.[0-9]+ with the key means, 0\.[0-9]+ without: (kept|dropped)" \
+    "key-mean check: .* 0\.[0-9]+ with the key means, 0\.[0-9]+ without \([-+]0\.[0-9]+ .* 0\.[0-9]+\): (kept|dropped)" \
     "$bin" rotations tune -m "$OSCAR_MODEL" --rotations "$tmp/rot_cand" -f "$txt" -o "$tmp/rot_check" --k-mean-check \
       --probe-from 0 --probe-tokens 200 --probe-queries 16
+  check "the key-mean check records the paired difference and its error" 0 "" python3 -c "
+import json, sys
+c = json.load(open('$tmp/rot_check/manifest.json'))['searches']['k_mean_check']
+ok = c['blocks'] >= 1 and c['difference_stderr'] > 0 and abs(c['difference'] - (c['kld_without'] - c['kld_with'])) < 1e-9
+sys.exit(0 if ok else 1)"
   check "the manifest records the pool, the per-source probes and the key-mean choice" 0 "" python3 -c "
 import json, sys
 m = json.load(open('$tmp/rot_cand/manifest.json'))
@@ -199,6 +211,8 @@ sys.exit(0 if ok else 1)"
     "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt" --tokens 128 --prompts 2 -o "$tmp/rot_budget" \
     --kv-budget 3.0 --probe-tokens 512 --probe-queries 32
   check "calibrate searches clip ratios by default" 0 '"clip_search"' cat "$tmp/rot_budget/manifest.json"
+  check "--k-mean-check with --no-k-mean" nonzero "cannot run with --no-k-mean" \
+    "$bin" calibrate -m "$OSCAR_MODEL" -f "$txt" --tokens 128 --prompts 2 --k-mean-check --no-k-mean -o "$tmp/rot_x"
   check "budget types are used at run time" 0 "KV int2-oscar\+layers\([0-9]" \
     "$bin" ppl -m "$OSCAR_MODEL" -f "$txt" -c 64 --chunks 1 --kv int2-oscar --rotations "$tmp/rot_budget"
   check "--kv-layers none keeps int2-oscar uniform" 0 "KV int2-oscar$" \

@@ -71,6 +71,10 @@ TEST(KlDivergence, MeanOverRowsOfRawLogits) {
   ref.insert(ref.end(), a.begin(), a.end());
   test.insert(test.end(), b.begin(), b.end());
   EXPECT_NEAR(mean_kl_divergence(ref, test, 2000), kl / 2, 1e-12 + 1e-9 * kl);
+  const std::vector<double> rows = row_kl_divergences(ref, test, 2000);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_NEAR(rows[0], 0.0, 1e-12);
+  EXPECT_NEAR(rows[1], kl, 1e-12 + 1e-9 * kl);
   EXPECT_GT(kl, 0.05);
   std::vector<float> shifted = a;  // softmax ignores a constant shift
   for (float& x : shifted) x += 3.0f;

@@ -41,9 +41,12 @@ struct Measured {
   double error, bits;
 };
 
-Measured measure(const char* kv, const LayerQkv& x, int64_t n, int64_t n_q, const KvRotator* rot = nullptr) {
+Measured measure(const char* kv, const LayerQkv& x, int64_t n, int64_t n_q, const KvRotator* rot = nullptr,
+                 KvQuant k_quant = KvQuant::none, KvQuant v_quant = KvQuant::none) {
   KvSpec spec = KvSpec::parse(kv);
   spec.group = std::min(spec.group, kDim);
+  spec.k_quant = k_quant, spec.v_quant = v_quant;
+  spec.validate();
   auto [kf, vf] = make_history_formats(spec, KvShape{1, kKvHeads, kDim}, nullptr);
   LayerKvFormat f{spec, kf.empty() ? nullptr : &kf[0], vf.empty() ? nullptr : &vf[0], rot, 0};
   const CachedAttention a = cached_attention(kShape, x, n, n_q, f);
@@ -79,6 +82,48 @@ TEST(KvError, ErrorFollowsBits) {
   EXPECT_GT(i2.error, 0.05);
   EXPECT_GT(bf16.bits, i8.bits);
   EXPECT_GT(i4.bits, i2.bits);
+}
+
+TEST(KvError, WiderKeysOrValuesSitBetweenTheirTypes) {
+  // --kv-k-type / --kv-v-type int4 over int2: one side's codes widen, so the error and the
+  // bits fall between uniform int2 and uniform int4.
+  const int64_t n = 1200, n_q = 64;
+  const LayerQkv x = random_qkv(n, 15);
+  const Measured i2 = measure("int2", x, n, n_q), i4 = measure("int4", x, n, n_q);
+  const Measured k4 = measure("int2", x, n, n_q, nullptr, KvQuant::int4);
+  const Measured v4 = measure("int2", x, n, n_q, nullptr, KvQuant::none, KvQuant::int4);
+  std::printf("errors: int2 %.3f k4v2 %.3f k2v4 %.3f int4 %.3f\n", i2.error, k4.error, v4.error, i4.error);
+  for (const Measured& m : {k4, v4}) {
+    EXPECT_LT(m.error, i2.error);
+    EXPECT_GT(m.error, i4.error);
+    EXPECT_GT(m.bits, i2.bits);
+    EXPECT_LT(m.bits, i4.bits);
+  }
+  EXPECT_DOUBLE_EQ(k4.bits, v4.bits);  // the same two formats, swapped
+}
+
+TEST(KvError, WiderKeyFormatsPerLayer) {
+  KvSpec spec = KvSpec::parse("int2-oscar");
+  spec.k_quant = KvQuant::int4;
+  spec.validate();
+  EXPECT_EQ(spec.name(), "int2-oscar+k-int4");
+  const auto [kf, vf] = make_history_formats(spec, KvShape{3, kKvHeads, kDim}, nullptr);
+  ASSERT_EQ(kf.size(), 3u);
+  for (size_t l = 0; l < 3; ++l) {
+    EXPECT_EQ(kf[l].quant, KvQuant::int4);
+    EXPECT_EQ(kf[l].clip, 0.0f);  // the clips are fitted for 2-bit codes
+    EXPECT_EQ(vf[l].quant, KvQuant::int2);
+    EXPECT_EQ(vf[l].clip, 0.92f);
+  }
+  KvSpec kivi = KvSpec::parse("kivi2");
+  kivi.v_quant = KvQuant::int4;
+  EXPECT_THROW(kivi.validate(), Error);
+  KvSpec plain = KvSpec::parse("bf16");
+  plain.k_quant = KvQuant::int8;
+  EXPECT_THROW(plain.validate(), Error);
+  KvSpec two = KvSpec::parse("int4");
+  two.k_quant = KvQuant::int2;  // only wider codes
+  EXPECT_THROW(two.validate(), Error);
 }
 
 TEST(KvError, NoHistoryMeansNoQuantizationError) {

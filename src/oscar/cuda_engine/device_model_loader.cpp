@@ -73,6 +73,8 @@ cuda::KvFormat device_kv_format(const Transformer& t) {
   if (spec.dtype != KvDtype::bf16) fail("--device cuda: the KV cache must be bf16 (not {})", spec.mode);
   // The prologue subtracts one shift after R_K but has no per-channel scale of q and k yet.
   if (spec.k_scale) fail("--k-scale is not supported on --device cuda yet");
+  if (spec.k_quant != KvQuant::none || spec.v_quant != KvQuant::none)
+    fail("--kv-k-type / --kv-v-type are not supported on --device cuda yet");
   cuda::KvFormat f;
   // The layers with a key bias cache k − RoPE(b_k, t)·R_K and add q·a_t back (key_bias.h).
   f.k_bias_split = spec.k_bias_split && c.qkv_bias;

@@ -62,6 +62,12 @@ KvSpec kv_spec_from(const ModelOptions& o, int n_layers) {
   if (o.no_k_bias_split) s.k_bias_split = false;
   if (o.no_k_mean) s.k_mean = false;
   if (o.k_scale) s.k_scale = true;
+  for (const auto& [name, flag, out] : {std::tuple{&o.kv_k_type, "--kv-k-type", &s.k_quant},
+                                        std::tuple{&o.kv_v_type, "--kv-v-type", &s.v_quant}}) {
+    if (*name == "int4") *out = KvQuant::int4;
+    else if (*name == "int8") *out = KvQuant::int8;
+    else if (!name->empty()) fail("{} must be int4 or int8, not '{}'", flag, *name);
+  }
   apply_clip_flags(o, s.layer_types);
   s.validate();
   return s;

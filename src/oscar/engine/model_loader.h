@@ -28,6 +28,7 @@ struct ModelOptions {
   bool k_bias_split = false, no_k_bias_split = false;  // override the type's default (on for int2-oscar*)
   bool no_k_mean = false;                              // int2-oscar*: keep the keys uncentred
   bool k_scale = false;                                // int2-oscar*: the rotations' per-channel key scale
+  std::string kv_k_type, kv_v_type;                    // --kv-k-type / --kv-v-type: int4 | int8, empty: --kv's
   bool verbose = false;
   std::string device = "cpu";  // cpu | cuda
   // Weight storage on the CPU: "native" keeps the file's quantized / F16 / BF16 matrices

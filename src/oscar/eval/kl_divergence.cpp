@@ -33,21 +33,28 @@ T load(const uint8_t* p) {
 }
 }  // namespace
 
-double mean_kl_divergence(std::span<const float> ref_logits, std::span<const float> test_logits, int64_t n_vocab) {
+std::vector<double> row_kl_divergences(std::span<const float> ref_logits, std::span<const float> test_logits,
+                                       int64_t n_vocab) {
   if (n_vocab <= 0 || ref_logits.size() != test_logits.size() || ref_logits.size() % size_t(n_vocab) != 0)
-    fail("mean_kl_divergence: {} and {} logits for a vocabulary of {}", ref_logits.size(), test_logits.size(), n_vocab);
+    fail("KL divergence: {} and {} logits for a vocabulary of {}", ref_logits.size(), test_logits.size(), n_vocab);
   const int64_t rows = int64_t(ref_logits.size()) / n_vocab;
-  if (rows == 0) return 0.0;
-  std::vector<double> la(static_cast<size_t>(n_vocab)), lb(static_cast<size_t>(n_vocab));
-  double total = 0.0;
+  std::vector<double> la(static_cast<size_t>(n_vocab)), lb(static_cast<size_t>(n_vocab)), out;
+  out.reserve(size_t(rows));
   for (int64_t r = 0; r < rows; ++r) {
     log_softmax(ref_logits.subspan(size_t(r * n_vocab), size_t(n_vocab)), la.data());
     log_softmax(test_logits.subspan(size_t(r * n_vocab), size_t(n_vocab)), lb.data());
     double kl = 0.0;
     for (int64_t i = 0; i < n_vocab; ++i) kl += std::exp(la[size_t(i)]) * (la[size_t(i)] - lb[size_t(i)]);
-    total += std::max(kl, 0.0);
+    out.push_back(std::max(kl, 0.0));
   }
-  return total / double(rows);
+  return out;
+}
+
+double mean_kl_divergence(std::span<const float> ref_logits, std::span<const float> test_logits, int64_t n_vocab) {
+  const std::vector<double> kl = row_kl_divergences(ref_logits, test_logits, n_vocab);
+  double total = 0.0;
+  for (double x : kl) total += x;
+  return kl.empty() ? 0.0 : total / double(kl.size());
 }
 
 int64_t kld_row_bytes(int64_t n_vocab) { return kRowHeaderBytes + 2 * n_vocab; }

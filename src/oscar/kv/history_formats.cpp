@@ -30,6 +30,12 @@ std::pair<std::vector<HistoryFormat>, std::vector<HistoryFormat>> make_history_f
     k.clip = q == KvQuant::bf16_raw ? 0.0f : from_rs ? rs->layers[size_t(l)].k_clip : spec.layer_k_clip(l);
     v.clip = q == KvQuant::bf16_raw ? 0.0f : from_rs ? rs->layers[size_t(l)].v_clip : spec.layer_v_clip(l);
     k.per_channel = q == KvQuant::kivi2;  // KIVI: keys per channel, values per token
+    // --kv-k-type / --kv-v-type: wider codes for one side in every quantized layer (no clip:
+    // the clip ratios are fitted for 2-bit codes).
+    if (q != KvQuant::bf16_raw && q != KvQuant::kivi2) {
+      if (spec.k_quant != KvQuant::none) k.quant = spec.k_quant, k.clip = 0.0f;
+      if (spec.v_quant != KvQuant::none) v.quant = spec.v_quant, v.clip = 0.0f;
+    }
     kf.push_back(k);
     vf.push_back(v);
   }

@@ -126,6 +126,10 @@ std::string KvSpec::name() const {
   // The key mean belongs to calibrated rotations: other types (or layers) never use it.
   if (rotation == KvRotation::calibrated && k_mean != default_split) s += k_mean ? "+k-mean" : "+no-k-mean";
   if (rotation == KvRotation::calibrated && k_scale) s += "+k-scale";
+  if (k_quant == KvQuant::int4) s += "+k-int4";
+  if (k_quant == KvQuant::int8) s += "+k-int8";
+  if (v_quant == KvQuant::int4) s += "+v-int4";
+  if (v_quant == KvQuant::int8) s += "+v-int8";
   return s;
 }
 
@@ -232,6 +236,12 @@ void KvSpec::validate() const {
   if (!(k_clip >= 0.0f && k_clip <= 1.0f)) fail("--k-clip {} must lie in [0, 1]", k_clip);
   if (!(v_clip >= 0.0f && v_clip <= 1.0f)) fail("--v-clip {} must lie in [0, 1]", v_clip);
   if (quant == KvQuant::kivi2 && (kivi_tokens <= 0 || kivi_tokens > 1024)) fail("KIVI token group {} out of range", kivi_tokens);
+  for (const auto& [q, flag] : {std::pair{k_quant, "--kv-k-type"}, std::pair{v_quant, "--kv-v-type"}}) {
+    if (q == KvQuant::none) continue;
+    if (q != KvQuant::int4 && q != KvQuant::int8) fail("{} must be int4 or int8", flag);
+    if (!quantized() || quant == KvQuant::kivi2)
+      fail("{} needs a per-token quantized --kv type (int2*, int4, int8), not '{}'", flag, mode);
+  }
   if (!layer_types.empty()) {
     if (quant == KvQuant::kivi2)
       fail("--kv kivi2 cannot be mixed with --kv-layers (KIVI changes the demotion step of the whole cache)");

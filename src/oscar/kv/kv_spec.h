@@ -74,6 +74,10 @@ struct KvSpec {
   // Calibrated layers whose rotation set carries a per-channel key scale s (LayerRotation::
   // k_scale) store (k ⊘ s)·R_K and attend with (q ⊙ s)·R_K: q·k unchanged (--k-scale, opt-in).
   bool k_scale = false;
+  // Wider history codes for the keys or the values alone (--kv-k-type / --kv-v-type int4 |
+  // int8), in every quantized layer: one of the two may deserve the bits. none: as `quant`.
+  KvQuant k_quant = KvQuant::none;
+  KvQuant v_quant = KvQuant::none;
   KvRotation rotation = KvRotation::none;
   std::vector<KvLayerType> layer_types;  // --kv-layers overrides (disjoint, sorted); empty: uniform
 
