@@ -1,5 +1,6 @@
 #include "oscar/eval/paired_difference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>

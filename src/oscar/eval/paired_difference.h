@@ -16,8 +16,9 @@ struct PairedDifference {
   bool significant(double z) const;
 };
 
-// a and b: one value per position, same positions; block: positions per block (the last
-// blocks take the remainder). Throws oscar::Error for mismatched sizes or block < 1.
+// a and b: one value per position, same positions; block: positions per block (n / block
+// blocks, the remainder spread over them; one block when n < block). Throws oscar::Error for
+// mismatched or empty inputs, or block < 1.
 PairedDifference paired_difference(std::span<const double> a, std::span<const double> b, int64_t block);
 
 }  // namespace oscar
