@@ -7,8 +7,8 @@
 # "int2-oscar+no-k-mean" / "int2-oscar+k-scale" add that flag; "+kv-group=32", "+kv-sink=N",
 # "+kv-recent=N" set that option; "+k-int4" / "+v-int4" (or int8) widen the keys' or the
 # values' codes; "int2-oscar@DIR" uses the rotations in DIR, e.g. ones from `oscar rotations
-# tune`, and is labelled with DIR's name; suffixes come before "@DIR"); the BF16 base run is stored once per model, ctx
-# and chunk count under $OSCAR_CACHE/kld/ and reused. OSCAR_PPL_ARGS adds arguments to every
+# tune`, and is labelled with DIR's name; suffixes come before "@DIR"); the BF16 base run is
+# stored once per model, ctx and chunk count under $OSCAR_CACHE/kld/ and reused. OSCAR_PPL_ARGS adds arguments to every
 # `oscar ppl` run, base included (e.g. "--device cuda"; the base is then stored apart).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -50,13 +50,6 @@ std::vector<double> row_kl_divergences(std::span<const float> ref_logits, std::s
   return out;
 }
 
-double mean_kl_divergence(std::span<const float> ref_logits, std::span<const float> test_logits, int64_t n_vocab) {
-  const std::vector<double> kl = row_kl_divergences(ref_logits, test_logits, n_vocab);
-  double total = 0.0;
-  for (double x : kl) total += x;
-  return kl.empty() ? 0.0 : total / double(kl.size());
-}
-
 int64_t kld_row_bytes(int64_t n_vocab) { return kRowHeaderBytes + 2 * n_vocab; }
 
 void encode_log_probs(std::span<const float> logits, uint8_t* row) {

@@ -28,10 +28,9 @@ void encode_log_probs(std::span<const float> logits, uint8_t* row);
 void decode_log_probs(const uint8_t* row, int64_t n_vocab, double* log_probs);
 int32_t row_argmax(const uint8_t* row);
 
-// Mean over rows of KL(softmax(ref) ‖ softmax(test)), from raw logits [n_rows, n_vocab] each,
-// in double. 0 for identical rows; throws oscar::Error for mismatched sizes.
-double mean_kl_divergence(std::span<const float> ref_logits, std::span<const float> test_logits, int64_t n_vocab);
-// The same, one KL divergence per row (for paired comparisons of two formats).
+// KL(softmax(ref) ‖ softmax(test)) of every row, from raw logits [n_rows, n_vocab] each, in
+// double (for paired comparisons of two formats). 0 for identical rows; throws oscar::Error
+// for mismatched sizes.
 std::vector<double> row_kl_divergences(std::span<const float> ref_logits, std::span<const float> test_logits,
                                        int64_t n_vocab);
 

@@ -126,10 +126,8 @@ std::string KvSpec::name() const {
   // The key mean belongs to calibrated rotations: other types (or layers) never use it.
   if (rotation == KvRotation::calibrated && k_mean != default_split) s += k_mean ? "+k-mean" : "+no-k-mean";
   if (rotation == KvRotation::calibrated && k_scale) s += "+k-scale";
-  if (k_quant == KvQuant::int4) s += "+k-int4";
-  if (k_quant == KvQuant::int8) s += "+k-int8";
-  if (v_quant == KvQuant::int4) s += "+v-int4";
-  if (v_quant == KvQuant::int8) s += "+v-int8";
+  if (k_quant != KvQuant::none) s += fmt::format("+k-{}", kv_quant_name(k_quant));
+  if (v_quant != KvQuant::none) s += fmt::format("+v-{}", kv_quant_name(v_quant));
   return s;
 }
 
