@@ -12,6 +12,7 @@
 
 #include "oscar/cuda_engine/device_model_loader.h"
 #include "oscar/cuda_engine/device_runner.h"
+#include "oscar/cuda_engine/device_weight_loader.h"
 #endif
 
 namespace oscar::cli {
@@ -38,13 +39,15 @@ std::shared_ptr<cuda::DeviceModel> make_device_model(LoadedModel& m, int64_t cap
   limits.max_seqs = 1;
   limits.max_seq_len = capacity;
   std::shared_ptr<cuda::DeviceModel> dm;
+  DeviceLoadStats stats;
   try {
-    dm = std::make_shared<cuda::DeviceModel>(device_host_model(*m.transformer), device_kv_format(*m.transformer), limits);
+    dm = load_device_model(*m.transformer, limits, cuda::GemmPrecision::bf16, &stats);
   } catch (const std::runtime_error& e) {
     fail("--device cuda: {}", e.what());
   }
-  fmt::print(stderr, "device: weights {:.2f} GiB (BF16), KV cache {:.2f} GiB reserved\n",
-             double(dm->weight_bytes()) / (1 << 30), double(dm->cache().bytes_reserved()) / (1 << 30));
+  fmt::print(stderr, "device: weights {:.2f} GiB (BF16, streamed from {:.2f} GiB stored in {:.1f} s), KV cache {:.2f} "
+             "GiB reserved\n", double(dm->weight_bytes()) / (1 << 30), double(stats.file_bytes) / (1 << 30),
+             stats.seconds, double(dm->cache().bytes_reserved()) / (1 << 30));
   return dm;
 }
 

@@ -266,12 +266,16 @@ check "make-model --help" 0 "--shape" "$bin" make-model --help
 check "make-model tiny" 0 "wrote .*random tiny" "$bin" make-model --shape tiny -o "$tmp/random_tiny.gguf" --seed 1
 check "run a random tiny model" 0 "tokens/s" "$bin" run -m "$tmp/random_tiny.gguf" -p hi -n 4 --temp 0
 check "run --chat on a random tiny model" 0 "tokens/s" "$bin" run -m "$tmp/random_tiny.gguf" --chat -p hi -n 4 --temp 0
-check "make-model unknown shape" nonzero "error: unknown model shape 'qwen9' \(known: qwen3-8b" \
+check "make-model unknown shape" nonzero "error: unknown model shape 'qwen9' \(known: qwen3-32b, qwen3-8b" \
   "$bin" make-model --shape qwen9 -o "$tmp/x.gguf"
 check "make-model unwritable output" nonzero "error: cannot create '.*/no/such/dir/x.gguf.tmp'" \
   "$bin" make-model --shape tiny -o "$tmp/no/such/dir/x.gguf"
 check "make-model onto a directory" nonzero "error: cannot write '.*': it exists and is not a regular file" \
   "$bin" make-model --shape tiny -o "$tmp"
+check "make-model --type q8_0" 0 "wrote .*random tiny, Q8_0 matrices" "$bin" make-model --shape tiny --type q8_0 \
+  -o "$tmp/random_tiny_q8.gguf"
+check "run a random Q8_0 tiny model" 0 "tokens/s" "$bin" run -m "$tmp/random_tiny_q8.gguf" -p hi -n 4 --temp 0
+check "make-model --type q4_k" nonzero "--type" "$bin" make-model --shape tiny --type q4_k -o "$tmp/x.gguf"
 check "make-model --vocab too small" nonzero "--vocab" "$bin" make-model --shape tiny -o "$tmp/x.gguf" --vocab 100
 
 echo "$pass passed, $fail failed, $skip skipped"

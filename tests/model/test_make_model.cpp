@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "oscar/core/dtype.h"
 #include "oscar/core/error.h"
 #include "oscar/core/thread_pool.h"
 #include "oscar/formats/gguf.h"
@@ -199,7 +200,7 @@ TEST(ModelShapes, TensorTablesMatchTheRealModels) {
     size_t n_tensors;
     uint64_t n_params;
   };
-  for (const Want& w : {Want{"qwen3-8b", 399, 8190735360}, Want{"llama3-8b", 291, 8030261248},
+  for (const Want& w : {Want{"qwen3-32b", 707, 32762123264}, Want{"qwen3-8b", 399, 8190735360}, Want{"llama3-8b", 291, 8030261248},
                         Want{"qwen2.5-1.5b", 338, 1543714304}, Want{"smollm2-135m", 272, 134515008}}) {
     const std::vector<RandomTensor> ts = random_model_tensors(find_model_shape(w.shape).config);
     uint64_t n = 0;
@@ -243,6 +244,53 @@ TEST(MakeModel, TinyLoadsAsTheShape) {
   EXPECT_EQ(w.layers.size(), 2u);
   EXPECT_FALSE(w.output.empty());
   EXPECT_EQ(detect_chat_template(f.get_string("tokenizer.chat_template"), "llama"), ChatTemplateKind::chatml);
+}
+
+// Q8_0 matrices: the BF16 file's values quantized (each within half a step of its block's
+// scale, plus the fp16 scale's and BF16's rounding), norms and biases unchanged, half the bytes.
+TEST(MakeModel, Q8_0MatricesAreTheBf16ValuesQuantized) {
+  TempDir dir;
+  const ModelShape& shape = find_model_shape("tiny");
+  const std::string bf16_path = dir.file("bf16.gguf"), q8_path = dir.file("q8.gguf");
+  const RandomModelStats s16 = write_random_model(shape, bf16_path, 4);
+  const RandomModelStats s8 = write_random_model(shape, q8_path, 4, GgmlType::q8_0);
+  EXPECT_EQ(s8.n_params, s16.n_params);
+  EXPECT_LT(s8.file_bytes, s16.file_bytes);
+  const gguf::GgufFile f16 = gguf::GgufFile::open(bf16_path), f8 = gguf::GgufFile::open(q8_path);
+  for (const RandomTensor& t : random_model_tensors(shape.config, GgmlType::q8_0)) {
+    const std::vector<float> a = f16.dequantize(f16.tensor(t.name)), b = f8.dequantize(f8.tensor(t.name));
+    ASSERT_EQ(a.size(), b.size()) << t.name;
+    if (t.type != GgmlType::q8_0) {
+      EXPECT_EQ(a, b) << t.name;
+      continue;
+    }
+    EXPECT_EQ(f8.tensor(t.name).type, GgmlType::q8_0);
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_LE(std::abs(a[i] - b[i]), t.range * (0.5f / 127.0f + 0x1p-11f + 0x1p-8f) * 1.01f) << t.name << " " << i;
+  }
+  EXPECT_THROW(random_model_tensors(shape.config, GgmlType::q4_k), Error);
+}
+
+// quantize_q8_0 against its definition: d = max|x| / 127 (fp16), q = round(x / d); a zero
+// block stays zero; a whole number of blocks or a check failure.
+TEST(MakeModel, QuantizeQ8_0) {
+  std::vector<float> x(96);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i) * 0.7f) * (i < 32 ? 0.0f : float(i) / 10.0f);
+  std::vector<uint8_t> q(3 * 34);
+  quantize_q8_0(x.data(), q.data(), 96);
+  std::vector<float> y(96);
+  dequantize_row(GgmlType::q8_0, q.data(), y.data(), 96);
+  for (int b = 0; b < 3; ++b) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(x[size_t(b * 32 + j)]));
+    const float d = fp16_to_f32(f32_to_fp16(amax / 127.0f));
+    for (int j = 0; j < 32; ++j) {
+      const size_t i = size_t(b * 32 + j);
+      if (amax == 0.0f) ASSERT_EQ(y[i], 0.0f);
+      else ASSERT_LE(std::abs(y[i] - x[i]), d * 0.5f + amax * 1e-3f) << i;
+    }
+  }
+  EXPECT_ANY_THROW(quantize_q8_0(x.data(), q.data(), 33));
 }
 
 TEST(MakeModel, SmolLM2ShapeLoads) {

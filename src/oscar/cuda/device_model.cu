@@ -118,52 +118,92 @@ DeviceModel::DeviceModel(const ModelShape& shape, const KvFormat& kv, const KvCa
   allocate_activations();
 }
 
+DeviceModel::DeviceModel(const ModelShape& shape, const KvFormat& kv, const KvCacheLimits& limits,
+                         const WeightLoader& weights, GemmPrecision precision)
+    : DeviceModel(shape, kv, limits, precision) {
+  load_weights(weights);
+}
+
 DeviceModel::DeviceModel(const HostModel& m, const KvFormat& kv, const KvCacheLimits& limits,
                          GemmPrecision precision)
-    : DeviceModel(m.shape, kv, limits, precision) {
+    : DeviceModel(m.shape, kv, limits, HostModelLoader(m), precision) {}
+
+std::vector<WeightTarget> DeviceModel::weight_targets() const {
   const ModelShape& s = shape_;
-  const size_t e = size_t(s.n_embd), hd = size_t(s.head_dim), qd = size_t(s.n_heads) * hd,
-               kvd = size_t(s.n_kv_heads) * hd, ff = size_t(s.n_ff), vocab = size_t(s.n_vocab);
-  auto put = [&](void* dst, const void* src, size_t n, size_t want, size_t elem, const std::string& name) {
-    if (n != want)
-      fail("DeviceModel", name + " has " + std::to_string(n) + " elements, expected " + std::to_string(want));
-    check_cuda(cudaMemcpy(dst, src, n * elem, cudaMemcpyHostToDevice), "uploading " + name);
+  const int64_t e = s.n_embd, hd = s.head_dim, qd = int64_t(s.n_heads) * hd, kvd = int64_t(s.n_kv_heads) * hd,
+                ff = s.n_ff;
+  std::vector<WeightTarget> t;
+  auto mat = [&](WeightKind k, int layer, std::string name, int64_t rows, int64_t cols, uint16_t* p) {
+    t.push_back({k, layer, std::move(name), rows, cols, p, nullptr});
   };
-  auto put16 = [&](uint16_t* dst, const std::vector<uint16_t>& v, size_t want, const std::string& name) {
-    put(dst, v.data(), v.size(), want, 2, name);
+  auto vec = [&](WeightKind k, int layer, std::string name, int64_t n, float* p) {
+    if (p) t.push_back({k, layer, std::move(name), 1, n, nullptr, p});
   };
-  auto put32 = [&](float* dst, const std::vector<float>& v, size_t want, const std::string& name) {
-    put(dst, v.data(), v.size(), want, 4, name);
-  };
-  if (m.layers.size() != size_t(s.n_layers))
-    fail("DeviceModel", "the model has " + std::to_string(m.layers.size()) + " layers, the shape " +
-                            std::to_string(s.n_layers));
-  put16(token_embd_, m.token_embd, vocab * e, "token_embd");
-  if (!s.tied_embeddings) put16(output_.bf16, m.output, vocab * e, "output");
-  put32(output_norm_, m.output_norm, e, "output_norm");
+  mat(WeightKind::token_embd, -1, "token_embd.weight", s.n_vocab, e, token_embd_);
+  if (!s.tied_embeddings) mat(WeightKind::output, -1, "output.weight", s.n_vocab, e, output_.bf16);
+  vec(WeightKind::output_norm, -1, "output_norm.weight", e, output_norm_);
   for (int l = 0; l < s.n_layers; ++l) {
-    const HostLayer& h = m.layers[size_t(l)];
     const LayerPtrs& d = layers_[size_t(l)];
-    const std::string p = "layer " + std::to_string(l) + " ";
-    put16(d.wq.bf16, h.wq, qd * e, p + "wq");
-    put16(d.wk.bf16, h.wk, kvd * e, p + "wk");
-    put16(d.wv.bf16, h.wv, kvd * e, p + "wv");
-    put16(d.wo.bf16, h.wo, e * qd, p + "wo");
-    put16(d.w_gate.bf16, h.w_gate, ff * e, p + "w_gate");
-    put16(d.w_up.bf16, h.w_up, ff * e, p + "w_up");
-    put16(d.w_down.bf16, h.w_down, e * ff, p + "w_down");
-    put32(d.attn_norm, h.attn_norm, e, p + "attn_norm");
-    put32(d.ffn_norm, h.ffn_norm, e, p + "ffn_norm");
-    if (s.qkv_bias) {
-      put32(d.bq, h.bq, qd, p + "bq");
-      put32(d.bk, h.bk, kvd, p + "bk");
-      put32(d.bv, h.bv, kvd, p + "bv");
-    }
-    if (s.qk_norm) {
-      put32(d.q_norm, h.q_norm, hd, p + "q_norm");
-      put32(d.k_norm, h.k_norm, hd, p + "k_norm");
-    }
-  }  if (precision_ == GemmPrecision::f32) make_f32_copies();
+    const std::string p = "blk." + std::to_string(l) + ".";
+    mat(WeightKind::wq, l, p + "attn_q.weight", qd, e, d.wq.bf16);
+    mat(WeightKind::wk, l, p + "attn_k.weight", kvd, e, d.wk.bf16);
+    mat(WeightKind::wv, l, p + "attn_v.weight", kvd, e, d.wv.bf16);
+    mat(WeightKind::wo, l, p + "attn_output.weight", e, qd, d.wo.bf16);
+    mat(WeightKind::w_gate, l, p + "ffn_gate.weight", ff, e, d.w_gate.bf16);
+    mat(WeightKind::w_up, l, p + "ffn_up.weight", ff, e, d.w_up.bf16);
+    mat(WeightKind::w_down, l, p + "ffn_down.weight", e, ff, d.w_down.bf16);
+    vec(WeightKind::attn_norm, l, p + "attn_norm.weight", e, d.attn_norm);
+    vec(WeightKind::ffn_norm, l, p + "ffn_norm.weight", e, d.ffn_norm);
+    vec(WeightKind::bq, l, p + "attn_q.bias", qd, d.bq);
+    vec(WeightKind::bk, l, p + "attn_k.bias", kvd, d.bk);
+    vec(WeightKind::bv, l, p + "attn_v.bias", kvd, d.bv);
+    vec(WeightKind::q_norm, l, p + "attn_q_norm.weight", hd, d.q_norm);
+    vec(WeightKind::k_norm, l, p + "attn_k_norm.weight", hd, d.k_norm);
+  }
+  return t;
+}
+
+void DeviceModel::load_weights(const WeightLoader& weights) {
+  for (const WeightTarget& t : weight_targets()) weights.load(t, stream_);
+  check_cuda(cudaStreamSynchronize(stream_), "DeviceModel: loading the weights");
+  if (precision_ == GemmPrecision::f32) make_f32_copies();
+}
+
+void HostModelLoader::load(const WeightTarget& t, cudaStream_t stream) const {
+  const HostLayer* l = t.layer >= 0 && size_t(t.layer) < m_.layers.size() ? &m_.layers[size_t(t.layer)] : nullptr;
+  if (t.layer >= 0 && !l)
+    fail("DeviceModel", "the host model has " + std::to_string(m_.layers.size()) + " layers, not " +
+                            std::to_string(t.layer + 1));
+  const std::vector<uint16_t>* m16 = nullptr;
+  const std::vector<float>* v32 = nullptr;
+  const char* field = "";  // HostModel's member, for the error
+  switch (t.kind) {
+    case WeightKind::token_embd: m16 = &m_.token_embd, field = "token_embd"; break;
+    case WeightKind::output: m16 = &m_.output, field = "output"; break;
+    case WeightKind::output_norm: v32 = &m_.output_norm, field = "output_norm"; break;
+    case WeightKind::wq: m16 = &l->wq, field = "wq"; break;
+    case WeightKind::wk: m16 = &l->wk, field = "wk"; break;
+    case WeightKind::wv: m16 = &l->wv, field = "wv"; break;
+    case WeightKind::wo: m16 = &l->wo, field = "wo"; break;
+    case WeightKind::w_gate: m16 = &l->w_gate, field = "w_gate"; break;
+    case WeightKind::w_up: m16 = &l->w_up, field = "w_up"; break;
+    case WeightKind::w_down: m16 = &l->w_down, field = "w_down"; break;
+    case WeightKind::attn_norm: v32 = &l->attn_norm, field = "attn_norm"; break;
+    case WeightKind::ffn_norm: v32 = &l->ffn_norm, field = "ffn_norm"; break;
+    case WeightKind::bq: v32 = &l->bq, field = "bq"; break;
+    case WeightKind::bk: v32 = &l->bk, field = "bk"; break;
+    case WeightKind::bv: v32 = &l->bv, field = "bv"; break;
+    case WeightKind::q_norm: v32 = &l->q_norm, field = "q_norm"; break;
+    case WeightKind::k_norm: v32 = &l->k_norm, field = "k_norm"; break;
+  }
+  const size_t want = size_t(t.rows) * size_t(t.cols);
+  const size_t n = m16 ? m16->size() : v32->size();
+  if (n != want)
+    fail("DeviceModel", (t.layer >= 0 ? "layers[" + std::to_string(t.layer) + "]." : std::string()) + field + " (" +
+                            t.name + ") has " + std::to_string(n) + " elements, expected " + std::to_string(want));
+  // Synchronous (pageable memory): the host vectors may go once the constructor returns.
+  if (m16) check_cuda(cudaMemcpyAsync(t.bf16, m16->data(), n * 2, cudaMemcpyHostToDevice, stream), "uploading " + t.name);
+  else check_cuda(cudaMemcpyAsync(t.f32, v32->data(), n * 4, cudaMemcpyHostToDevice, stream), "uploading " + t.name);
 }
 
 void DeviceModel::make_f32_copies() {
@@ -200,41 +240,31 @@ void DeviceModel::mm(const Matrix& w, const float* x, const uint16_t* x16, const
     linear_->linear(x, w.bf16, bias, y, m, n_in, n_out, accumulate);
 }
 
+namespace {
+// Random weights made on the device: matrices uniform in ±1/sqrt(n_in), norms 1, biases
+// small; each tensor its own stream of the seed.
+class RandomWeightLoader final : public WeightLoader {
+ public:
+  explicit RandomWeightLoader(uint64_t seed) : key_(seed * 1000) {}
+  void load(const WeightTarget& t, cudaStream_t stream) const override {
+    const int64_t n = t.rows * t.cols;
+    if (t.bf16) {
+      fill_uniform_bf16<<<2048, 256, 0, stream>>>(t.bf16, n, 1.0f / std::sqrt(float(t.cols)), ++key_);
+    } else {
+      const bool bias = t.kind == WeightKind::bq || t.kind == WeightKind::bk || t.kind == WeightKind::bv;
+      fill_f32<<<256, 256, 0, stream>>>(t.f32, n, bias ? 0.0f : 1.0f, bias ? 0.01f : 0.0f, ++key_);
+    }
+    check_launch("DeviceModel::random " + t.name);
+  }
+
+ private:
+  mutable uint64_t key_;
+};
+}  // namespace
+
 std::unique_ptr<DeviceModel> DeviceModel::random(const ModelShape& shape, const KvFormat& kv,
                                                  const KvCacheLimits& limits, uint64_t seed) {
-  std::unique_ptr<DeviceModel> m(new DeviceModel(shape, kv, limits, GemmPrecision::bf16));
-  const ModelShape& s = m->shape_;
-  const int64_t e = s.n_embd, qd = int64_t(s.n_heads) * s.head_dim, kvd = int64_t(s.n_kv_heads) * s.head_dim,
-                ff = s.n_ff;
-  uint64_t k = seed * 1000;
-  auto mat = [&](uint16_t* w, int64_t rows, int64_t cols) {
-    fill_uniform_bf16<<<2048, 256, 0, m->stream_>>>(w, rows * cols, 1.0f / std::sqrt(float(cols)), ++k);
-  };
-  auto vec = [&](float* w, int64_t n, float base, float spread) {
-    if (w) fill_f32<<<256, 256, 0, m->stream_>>>(w, n, base, spread, ++k);
-  };
-  mat(m->token_embd_, s.n_vocab, e);
-  if (!s.tied_embeddings) mat(m->output_.bf16, s.n_vocab, e);
-  vec(m->output_norm_, e, 1.0f, 0.0f);
-  for (const LayerPtrs& d : m->layers_) {
-    mat(d.wq.bf16, qd, e);
-    mat(d.wk.bf16, kvd, e);
-    mat(d.wv.bf16, kvd, e);
-    mat(d.wo.bf16, e, qd);
-    mat(d.w_gate.bf16, ff, e);
-    mat(d.w_up.bf16, ff, e);
-    mat(d.w_down.bf16, e, ff);
-    vec(d.attn_norm, e, 1.0f, 0.0f);
-    vec(d.ffn_norm, e, 1.0f, 0.0f);
-    vec(d.bq, qd, 0.0f, 0.01f);
-    vec(d.bk, kvd, 0.0f, 0.01f);
-    vec(d.bv, kvd, 0.0f, 0.01f);
-    vec(d.q_norm, s.head_dim, 1.0f, 0.0f);
-    vec(d.k_norm, s.head_dim, 1.0f, 0.0f);
-  }
-  check_launch("DeviceModel::random");
-  check_cuda(cudaStreamSynchronize(m->stream_), "DeviceModel::random");
-  return m;
+  return std::make_unique<DeviceModel>(shape, kv, limits, RandomWeightLoader(seed), GemmPrecision::bf16);
 }
 
 DeviceModel::~DeviceModel() {

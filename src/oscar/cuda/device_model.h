@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -58,6 +59,42 @@ struct HostModel {
   std::vector<HostLayer> layers;
 };
 
+// One tensor of a DeviceModel, as the model asks a WeightLoader to fill it: which tensor,
+// its shape and where its values go on the device.
+enum class WeightKind {
+  token_embd, output, output_norm,                           // the model's
+  attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm,      // each layer's
+  ffn_norm, w_gate, w_up, w_down,
+};
+struct WeightTarget {
+  WeightKind kind;
+  int layer = -1;              // -1 for the model's own tensors
+  std::string name;            // the GGUF name: token_embd.weight, blk.3.attn_q.weight, blk.3.attn_q.bias, …
+  int64_t rows = 0, cols = 0;  // [rows, cols] row-major (vectors: rows 1)
+  uint16_t* bf16 = nullptr;    // device: the matrices, as BF16
+  float* f32 = nullptr;        // device: the norms and biases, f32
+};
+
+// Fills a DeviceModel's weights, one tensor at a time in the model's order (token_embd,
+// output, output_norm, then each layer's), asynchronously on `stream` (the model
+// synchronizes once at the end). Throws std::runtime_error naming the tensor.
+// device_weight_loader.h reads them from a model file; HostModelLoader from a HostModel.
+class WeightLoader {
+ public:
+  virtual ~WeightLoader() = default;
+  virtual void load(const WeightTarget& t, cudaStream_t stream) const = 0;
+};
+
+// A HostModel's tensors (each size checked against the shape).
+class HostModelLoader final : public WeightLoader {
+ public:
+  explicit HostModelLoader(const HostModel& m) : m_(m) {}
+  void load(const WeightTarget& t, cudaStream_t stream) const override;
+
+ private:
+  const HostModel& m_;
+};
+
 // How the matrix products run. bf16: activations cast to BF16, tensor cores, f32 sums (the
 // engine). f32: f32 copies of the (BF16-valued) weights and f32 activations, no TF32 — what
 // the CPU engine computes, for checking the GPU against it end to end; twice the memory.
@@ -65,7 +102,11 @@ enum class GemmPrecision { bf16, f32 };
 
 class DeviceModel {
  public:
-  // Uploads (checks every size against the shape; std::runtime_error naming the tensor).
+  // Allocates the weights and has `weights` fill them, tensor by tensor (the host holds
+  // at most what the loader stages); std::runtime_error naming the tensor on failure.
+  DeviceModel(const ModelShape& shape, const KvFormat& kv, const KvCacheLimits& limits, const WeightLoader& weights,
+              GemmPrecision precision = GemmPrecision::bf16);
+  // Uploads a HostModel (HostModelLoader).
   DeviceModel(const HostModel& m, const KvFormat& kv, const KvCacheLimits& limits,
               GemmPrecision precision = GemmPrecision::bf16);
   // Random BF16 weights made on the device (benchmarks at real model shapes): matrices
@@ -115,6 +156,9 @@ class DeviceModel {
  private:
   DeviceModel(const ModelShape& shape, const KvFormat& kv, const KvCacheLimits& limits, GemmPrecision precision);
   void allocate_weights();
+  // Every weight tensor in the order WeightLoader promises.
+  std::vector<WeightTarget> weight_targets() const;
+  void load_weights(const WeightLoader& weights);
   void make_f32_copies();
   void allocate_activations();
   void check_tokens(const std::vector<int32_t>& tokens, const char* what) const;

@@ -8,6 +8,7 @@
 
 #include "oscar/core/error.h"
 #include "oscar/cuda_engine/device_model_loader.h"
+#include "oscar/cuda_engine/device_weight_loader.h"
 #include "oscar/engine/kv_budget.h"
 
 namespace oscar {
@@ -69,18 +70,18 @@ DeviceRunner::DeviceRunner(const Transformer& t, const DeviceKvPlan& plan, int m
   limits.max_seq_len = ctx;
   limits.fp_pages = plan.fp_pages;
   limits.hist_pages = plan.hist_pages;
-  dm_ = device_call("--device cuda", [&] {
-    return std::make_unique<cuda::DeviceModel>(device_host_model(t), device_kv_format(t), limits);
-  });
+  dm_ = device_call("--device cuda", [&] { return load_device_model(t, limits, cuda::GemmPrecision::bf16, &load_); });
 }
 
 std::string DeviceRunner::describe() const {
   cudaDeviceProp prop{};
   int dev = 0;
   const bool named = cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess;
-  return fmt::format("cuda ({}): BF16 weights {:.2f} GiB, cuBLAS products; KV '{}': decode attention split-KV "
-                     "(quantized history on tensor cores), one graph per batch size; prefill one sequence at a time",
-                     named ? prop.name : "GPU", double(dm_->weight_bytes()) / (1 << 30), kv_name_);
+  return fmt::format("cuda ({}): BF16 weights {:.2f} GiB (streamed from {:.2f} GiB stored in {:.1f} s), cuBLAS "
+                     "products; KV '{}': decode attention split-KV (quantized history on tensor cores), one graph per "
+                     "batch size; prefill one sequence at a time",
+                     named ? prop.name : "GPU", double(dm_->weight_bytes()) / (1 << 30),
+                     double(load_.file_bytes) / (1 << 30), load_.seconds, kv_name_);
 }
 
 SeqId DeviceRunner::add_sequence() {

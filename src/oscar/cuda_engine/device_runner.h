@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "oscar/cuda/device_model.h"
+#include "oscar/cuda_engine/device_weight_loader.h"
 #include "oscar/engine/runner.h"
 #include "oscar/model/transformer.h"
 
@@ -53,6 +54,7 @@ class DeviceRunner final : public engine::Runner {
  private:
   bool evict_for(const KvPages& need);  // drops LRU cache entries until need is free; false: cannot
   std::unique_ptr<cuda::DeviceModel> dm_;
+  DeviceLoadStats load_;
   PrefixIndex prefix_;
   int32_t n_vocab_ = 0;
   KvShape shape_;

@@ -33,7 +33,7 @@ struct ModelOptions {
   std::string device = "cpu";  // cpu | cuda
   // Weight storage on the CPU: "native" keeps the file's quantized / F16 / BF16 matrices
   // (integer kernels), "f32" dequantizes them at load (the exact reference path). The GPU
-  // backend converts from f32 to BF16 and folds R_V in, so it always loads f32.
+  // backend streams the native views to the device, which converts them to BF16 and folds R_V in.
   std::string weights = "native";
 };
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 
 #include "oscar/core/dtype.h"
 #include "oscar/core/error.h"
@@ -29,6 +30,7 @@ struct ShapeRow {
 
 constexpr ShapeRow k_rows[] = {
     // name          arch         layers  embd     ff heads kv  hd   vocab    ctx   eps   theta   tied   bias   qk_norm
+    {"qwen3-32b",    Arch::qwen3,     64, 5120, 25600,  64,  8, 128, 151936, 40960, 1e-6f, 1e6f,  false, false, true,  "qwen2"},
     {"qwen3-8b",     Arch::qwen3,     36, 4096, 12288,  32,  8, 128, 151936, 40960, 1e-6f, 1e6f,  false, false, true,  "qwen2"},
     {"llama3-8b",    Arch::llama,     32, 4096, 14336,  32,  8, 128, 128256,  8192, 1e-5f, 5e5f,  false, false, false, "llama-bpe"},
     {"qwen2.5-1.5b", Arch::qwen2,     28, 1536,  8960,  12,  2, 128, 151936, 32768, 1e-6f, 1e6f,  true,  true,  false, "qwen2"},
@@ -92,20 +94,43 @@ void fill_uniform(uint64_t key, uint64_t first, int64_t n, float range, Store st
   if (i < n) store(i, value(uint32_t(hash(i))));
 }
 
+}  // namespace
+
+void quantize_q8_0(const float* x, uint8_t* out, int64_t n) {
+  OSCAR_CHECK(n % 32 == 0, "quantize_q8_0: {} elements are not whole blocks of 32", n);
+  for (int64_t b = 0; b < n / 32; ++b, x += 32, out += 34) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t dbits = f32_to_fp16(d).bits;
+    std::memcpy(out, &dbits, 2);
+    for (int j = 0; j < 32; ++j) out[2 + j] = uint8_t(int8_t(std::lround(x[j] * id)));
+  }
+}
+
+namespace {
+
 // Generates one tensor in chunks on the default pool and streams it to `out`.
 void write_tensor(gguf::GgufStreamWriter& out, const RandomTensor& t, uint64_t seed, std::vector<uint8_t>& buf) {
-  constexpr int64_t chunk = int64_t(1) << 22;  // elements: 8 MiB of BF16, 16 MiB of F32
-  const bool bf16_matrix = t.type == GgmlType::bf16 && t.fill == RandomTensor::Fill::uniform;
-  OSCAR_CHECK(bf16_matrix || t.type == GgmlType::f32, "tensor '{}': no generator for {}", t.name, ggml_type_name(t.type));
-  const size_t elem_bytes = bf16_matrix ? 2 : 4;
+  constexpr int64_t chunk = int64_t(1) << 22;  // elements: 8 MiB of BF16, 16 MiB of F32 (a multiple of 32)
+  const bool uniform = t.fill == RandomTensor::Fill::uniform;
+  const bool bf16_matrix = t.type == GgmlType::bf16 && uniform, q8_matrix = t.type == GgmlType::q8_0 && uniform;
+  OSCAR_CHECK(bf16_matrix || q8_matrix || t.type == GgmlType::f32, "tensor '{}': no generator for {}", t.name,
+              ggml_type_name(t.type));
   uint64_t n = 1;
   for (uint64_t d : t.ne) n *= d;
   const uint64_t key = tensor_key(seed, t.name);
-  buf.resize(size_t(std::min<uint64_t>(n, chunk)) * elem_bytes);
+  // Bytes of m elements (q8_0: blocks of 32 elements in 34 bytes).
+  auto bytes_of = [&](int64_t m) { return size_t(q8_matrix ? m / 32 * 34 : m * (bf16_matrix ? 2 : 4)); };
+  buf.resize(bytes_of(int64_t(std::min<uint64_t>(n, chunk))));
   for (uint64_t first = 0; first < n; first += chunk) {
     const int64_t m = int64_t(std::min<uint64_t>(chunk, n - first));
     default_pool().parallel_for(m, 1 << 14, [&](int64_t b, int64_t e) {
-      if (bf16_matrix) {
+      if (q8_matrix) {
+        std::vector<float> x(size_t(e - b));
+        fill_uniform(key, first + uint64_t(b), e - b, t.range, [&](int64_t i, float v) { x[size_t(i)] = v; });
+        quantize_q8_0(x.data(), buf.data() + bytes_of(b), e - b);
+      } else if (bf16_matrix) {
         uint16_t* dst = reinterpret_cast<uint16_t*>(buf.data()) + b;
         fill_uniform(key, first + uint64_t(b), e - b, t.range, [&](int64_t i, float x) { dst[i] = f32_to_bf16(x).bits; });
       } else if (t.fill == RandomTensor::Fill::ones) {
@@ -116,7 +141,7 @@ void write_tensor(gguf::GgufStreamWriter& out, const RandomTensor& t, uint64_t s
         fill_uniform(key, first + uint64_t(b), e - b, t.range, [&](int64_t i, float x) { dst[i] = x; });
       }
     });
-    out.write_data(buf.data(), size_t(m) * elem_bytes);
+    out.write_data(buf.data(), bytes_of(m));
   }
 }
 
@@ -235,14 +260,16 @@ const ModelShape& find_model_shape(std::string_view name) {
   fail("unknown model shape '{}' (known: {})", name, known_model_shapes());
 }
 
-std::vector<RandomTensor> random_model_tensors(const ModelConfig& c) {
+std::vector<RandomTensor> random_model_tensors(const ModelConfig& c, GgmlType matrix_type) {
+  if (matrix_type != GgmlType::bf16 && matrix_type != GgmlType::q8_0)
+    fail("random model: matrices can be BF16 or Q8_0, not {}", ggml_type_name(matrix_type));
   using Fill = RandomTensor::Fill;
   const uint64_t E = uint64_t(c.n_embd), F = uint64_t(c.n_ff), V = uint64_t(c.n_vocab), hd = uint64_t(c.head_dim);
   const uint64_t qd = uint64_t(c.n_heads) * hd, kvd = uint64_t(c.n_kv_heads) * hd;
   constexpr float bias_range = 0.02f;
   std::vector<RandomTensor> ts;
   auto matrix = [&](std::string name, uint64_t n_in, uint64_t n_out) {
-    ts.push_back({std::move(name), GgmlType::bf16, {n_in, n_out}, Fill::uniform, 1.0f / std::sqrt(float(n_in))});
+    ts.push_back({std::move(name), matrix_type, {n_in, n_out}, Fill::uniform, 1.0f / std::sqrt(float(n_in))});
   };
   auto norm = [&](std::string name, uint64_t n) { ts.push_back({std::move(name), GgmlType::f32, {n}, Fill::ones, 0.0f}); };
   auto bias = [&](std::string name, uint64_t n) {
@@ -275,11 +302,12 @@ std::vector<RandomTensor> random_model_tensors(const ModelConfig& c) {
   return ts;
 }
 
-RandomModelStats write_random_model(const ModelShape& shape, const std::string& path, uint64_t seed) {
+RandomModelStats write_random_model(const ModelShape& shape, const std::string& path, uint64_t seed,
+                                    GgmlType matrix_type) {
   shape.config.validate();
+  const std::vector<RandomTensor> tensors = random_model_tensors(shape.config, matrix_type);
   gguf::GgufStreamWriter w(path);
   set_metadata(w, shape);
-  const std::vector<RandomTensor> tensors = random_model_tensors(shape.config);
   RandomModelStats stats;
   for (const RandomTensor& t : tensors) {
     w.add_tensor(t.name, t.type, t.ne);
