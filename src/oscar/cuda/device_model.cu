@@ -25,7 +25,8 @@ using detail::fail;
 
 
 // Per-step inputs, in this order, each max_batch ints (device and pinned host copies).
-enum Input { kIds, kPos, kSeqLen, kHistEnd, kDemoteFrom, kDemoteTo, kSlots, kBadId, kNumInputs };
+// kLastRow: forward()'s row of each sequence's last token.
+enum Input { kIds, kPos, kSeqLen, kHistEnd, kDemoteFrom, kDemoteTo, kSlots, kBadId, kLastRow, kNumInputs };
 
 __device__ uint32_t mix(uint64_t x) {
   x ^= x >> 31;
@@ -58,6 +59,12 @@ __global__ void gather_tables(const int32_t* src, const int32_t* slots, int32_t*
   const int32_t* row = src + int64_t(slots[b]) * stride;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < stride; i += gridDim.x * blockDim.x)
     dst[int64_t(b) * stride + i] = row[i];
+}
+
+// out[i] = x[rows[i]], rows of `width` floats.
+__global__ void gather_rows(const float* x, const int32_t* rows, int width, float* out) {
+  const float* src = x + int64_t(rows[blockIdx.x]) * width;
+  for (int j = threadIdx.x; j < width; j += blockDim.x) out[int64_t(blockIdx.x) * width + j] = src[j];
 }
 
 // Replaces *buf with a block of `need` bytes (the contents are not kept; the old block is
@@ -363,6 +370,8 @@ void DeviceModel::allocate_activations() {
   auto in = [&](Input i) { return d_inputs_ + size_t(i) * b; };
   ids_ = in(kIds), pos_ = in(kPos), seq_len_ = in(kSeqLen), hist_end_ = in(kHistEnd);
   demote_from_ = in(kDemoteFrom), demote_to_ = in(kDemoteTo), slots_ = in(kSlots), bad_id_ = in(kBadId);
+  last_row_ = in(kLastRow);
+  x_last_ = mem.allocate_array<float>(size_t(logits_rows_) * size_t(s.n_embd), "activations");
   fp_blocks_ = mem.allocate_array<int32_t>(b * size_t(cache_->fp_stride()), "batch page tables");
   hist_blocks_ = mem.allocate_array<int32_t>(b * size_t(cache_->hist_stride()), "batch page tables");
   // A layer's pools never move, so its demotion record is made once.
@@ -423,7 +432,6 @@ int64_t DeviceModel::stage_rows(const std::vector<int>& slots, const std::vector
 }
 
 void DeviceModel::ensure_prefill_scratch(int64_t hist_end) {
-  prefill_hist_end_ = int(hist_end);
   PrefillAttentionParams p;
   p.n_kv_heads = shape_.n_kv_heads, p.head_dim = shape_.head_dim, p.sink = kv_.sink, p.max_hist_end = int(hist_end);
   p.bits = std::any_of(kv_.bits.begin(), kv_.bits.end(), [](int b) { return b != 0; }) ? 2 : 0;
@@ -481,19 +489,22 @@ void DeviceModel::step(const std::vector<int>& slots, const std::vector<int32_t>
   for (int i = 0; i < batch; ++i) cache_->begin_token(slots[size_t(i)]);
   std::vector<int64_t> positions;
   for (int i = 0; i < batch; ++i) positions.push_back(cache_->length(slots[size_t(i)]));
-  const int64_t bound = key_bound(stage_rows(slots, tokens, positions));
+  Plan plan;
+  plan.rows = plan.n_decode = batch;
+  plan.bound = key_bound(stage_rows(slots, tokens, positions));
+  const int64_t bound = plan.bound;
   ensure_workspace(batch, bound);
   if (!use_graph) {
-    run_step(batch, bound, 0, /*decode=*/true);
+    run_plan(plan, 0);
   } else {
     const auto key = std::make_pair(batch, bound);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
-      run_step(batch, bound, 0, /*decode=*/true);  // first use runs directly (one-time setup stays out of the graph)
+      run_plan(plan, 0);  // first use runs directly (one-time setup stays out of the graph)
       cudaGraph_t graph = nullptr;
       check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
       try {
-        run_step(batch, bound, 0, /*decode=*/true);
+        run_plan(plan, 0);
       } catch (...) {
         cudaStreamEndCapture(stream_, &graph);
         if (graph) cudaGraphDestroy(graph);
@@ -528,20 +539,14 @@ void DeviceModel::prefill(int slot, const std::vector<int32_t>& tokens, std::vec
     for (int i = 0; i < n; ++i) positions.push_back(t0 + i);
     // Each token is a row of its own with its own view of the keys (as decode shows it),
     // all rows reading the one slot's page tables.
-    const int64_t bound = key_bound(stage_rows(std::vector<int>(size_t(n), slot), chunk, positions));
-    const bool flash = precision_ == GemmPrecision::bf16;  // prefill_attention; f32: the decode kernel per row
-    if (!flash) ensure_workspace(n, bound);
+    Plan plan;
+    plan.rows = n;
+    plan.prefill.push_back({0, n, cache_->history_end(t0 + n)});
+    plan.bound = key_bound(stage_rows(std::vector<int>(size_t(n), slot), chunk, positions));
+    prepare_attention(plan);
     // Logits for the rows at or past logits_from (all_logits), else the last row's only.
     const int from = all_logits ? int(std::clamp<int64_t>(logits_from - int64_t(c0), 0, n - 1)) : n - 1;
-    if (flash) ensure_prefill_scratch(cache_->history_end(t0 + n));
-    prefill_launch_ = flash;
-    try {
-      run_step(n, bound, /*logits_from=*/n, /*decode=*/false);  // the logits below, in slices of the logits buffer
-    } catch (...) {
-      prefill_launch_ = false;
-      throw;
-    }
-    prefill_launch_ = false;
+    run_plan(plan, /*logits_from=*/n);  // the logits below, in slices of the logits buffer
     cache_->end_tokens(slot, n);
     const bool keep = all_logits && int64_t(c0) + n > logits_from;
     int last = 0;  // rows of the last slice
@@ -558,8 +563,86 @@ void DeviceModel::prefill(int slot, const std::vector<int32_t>& tokens, std::vec
   }
 }
 
-void DeviceModel::run_step(int batch, int64_t bound, int logits_from, bool decode) {
+void DeviceModel::prepare_attention(const Plan& p) {
+  // bf16: prefill segments through prefill_attention; f32 products: every row through the
+  // decode kernel (each row its own view of the keys, in f32).
+  const bool flash = precision_ == GemmPrecision::bf16;
+  const int decode_rows = flash ? p.n_decode : p.rows;
+  if (decode_rows > 0) ensure_workspace(decode_rows, p.bound);
+  int64_t hist_end = 0;
+  for (const Segment& g : p.prefill) hist_end = std::max(hist_end, g.hist_end);
+  if (flash && !p.prefill.empty()) ensure_prefill_scratch(hist_end);
+}
+
+void DeviceModel::forward(const std::vector<int>& slots, const std::vector<int32_t>& starts,
+                          const std::vector<int32_t>& tokens, bool use_graph) {
+  const char* what = "DeviceModel::forward";
+  const int n_seqs = int(slots.size());
+  if (n_seqs == 0) return;
+  if (starts.size() != slots.size() + 1 || starts.front() != 0 || starts.back() != int32_t(tokens.size()))
+    fail(what, "starts must run from 0 to the token count, one more than the slots");
+  bool all_decode = true;
+  for (int i = 0; i < n_seqs; ++i) {
+    const int32_t n = starts[size_t(i) + 1] - starts[size_t(i)];
+    if (n < 1) fail(what, "sequence " + std::to_string(i) + " has no tokens");
+    all_decode = all_decode && n == 1;
+  }
+  if (all_decode) return step(slots, tokens, use_graph);
+  if (int64_t(tokens.size()) > max_rows_)
+    fail(what, std::to_string(tokens.size()) + " rows, more than " + std::to_string(max_rows_));
+  if (n_seqs > logits_rows_)
+    fail(what, std::to_string(n_seqs) + " sequences, more than the logits buffer's " + std::to_string(logits_rows_));
+  check_tokens(tokens, what);
+  for (int i = 0; i < n_seqs; ++i) {
+    if (!cache_->active(slots[size_t(i)])) fail(what, "sequence slot " + std::to_string(slots[size_t(i)]) + " is not active");
+    for (int j = 0; j < i; ++j)
+      if (slots[size_t(j)] == slots[size_t(i)]) fail(what, "sequence slot " + std::to_string(slots[size_t(i)]) + " appears twice");
+  }
+  check_cuda(cudaStreamSynchronize(stream_), what);  // the pinned inputs are free again
+  // Rows: the one-token sequences first (the decode kernel takes rows [0, n_decode)), then
+  // each longer one's tokens in order.
+  std::vector<int> order;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int i = 0; i < n_seqs; ++i)
+      if ((starts[size_t(i) + 1] - starts[size_t(i)] == 1) == (pass == 0)) order.push_back(i);
+  for (int i : order) cache_->begin_tokens(slots[size_t(i)], starts[size_t(i) + 1] - starts[size_t(i)]);
+  Plan plan;
+  std::vector<int> row_slots;
+  std::vector<int32_t> row_tokens;
+  std::vector<int64_t> positions;
+  for (int i : order) {
+    const int slot = slots[size_t(i)], n = starts[size_t(i) + 1] - starts[size_t(i)];
+    const int64_t t0 = cache_->length(slot);
+    if (n == 1) ++plan.n_decode;
+    else plan.prefill.push_back({int(row_slots.size()), n, cache_->history_end(t0 + n)});
+    for (int k = 0; k < n; ++k) {
+      row_slots.push_back(slot);
+      row_tokens.push_back(tokens[size_t(starts[size_t(i)] + k)]);
+      positions.push_back(t0 + k);
+    }
+    h_inputs_[size_t(kLastRow) * size_t(max_rows_) + size_t(i)] = int32_t(row_slots.size()) - 1;
+  }
+  plan.rows = int(row_slots.size());
+  plan.bound = key_bound(stage_rows(row_slots, row_tokens, positions));  // uploads kLastRow too
+  prepare_attention(plan);
+  run_plan(plan, /*logits_from=*/plan.rows);
+  compute_logits_gathered(n_seqs);
+  for (int i : order) cache_->end_tokens(slots[size_t(i)], starts[size_t(i) + 1] - starts[size_t(i)]);
+}
+
+void DeviceModel::compute_logits_gathered(int n) {
   const ModelShape& s = shape_;
+  gather_rows<<<unsigned(n), 256, 0, stream_>>>(x_, last_row_, s.n_embd, x_last_);
+  check_launch("DeviceModel: last rows");
+  rmsnorm(x_last_, output_norm_, h_, n, s.n_embd, s.rms_eps, stream_, h16_);
+  mm(output_, h_, h16_, nullptr, logits_, n, s.n_embd, s.n_vocab);
+  argmax_rows(logits_, n, s.n_vocab, next_ids_, stream_);
+}
+
+void DeviceModel::run_plan(const Plan& p, int logits_from) {
+  const ModelShape& s = shape_;
+  const int batch = p.rows;
+  const bool decode = p.n_decode == p.rows;
   const dim3 tgrid_fp(unsigned((cache_->fp_stride() + 255) / 256), unsigned(batch));
   gather_tables<<<tgrid_fp, 256, 0, stream_>>>(cache_->fp_table_device(), slots_, fp_blocks_, cache_->fp_stride());
   const dim3 tgrid_h(unsigned((cache_->hist_stride() + 255) / 256), unsigned(batch));
@@ -572,7 +655,7 @@ void DeviceModel::run_step(int batch, int64_t bound, int logits_from, bool decod
   // demotes rows it writes itself, and W = 0 the step's own token: those stay per layer.
   demote_hoisted_ = decode && kv_.window >= 1 && n_demote_layers_ > 0;
   if (demote_hoisted_) demote_to_history_layers(demote_params(batch), demote_layers_, n_demote_layers_, stream_);
-  for (int l = 0; l < s.n_layers; ++l) layer(l, batch, bound);
+  for (int l = 0; l < s.n_layers; ++l) layer(l, p);
   demote_hoisted_ = false;
   if (logits_from < batch) compute_logits(logits_from, batch);
 }
@@ -587,8 +670,10 @@ void DeviceModel::compute_logits(int from, int to) {
   argmax_rows(logits_, rows, s.n_vocab, next_ids_, stream_);
 }
 
-void DeviceModel::layer(int l, int batch, int64_t bound) {
+void DeviceModel::layer(int l, const Plan& p) {
   const ModelShape& s = shape_;
+  const int batch = p.rows;
+  const int64_t bound = p.bound;
   const LayerPtrs& w = layers_[size_t(l)];
   const int d = s.head_dim, qd = s.n_heads * d, kvd = s.n_kv_heads * d;
   const int bits = kv_.bits[size_t(l)];
@@ -618,27 +703,36 @@ void DeviceModel::layer(int l, int batch, int64_t bound) {
     dp.fp_k = c.fp_k(l), dp.fp_v = c.fp_v(l), dp.hist_k = c.hist_k(l), dp.hist_v = c.hist_v(l);
     demote_to_history(dp, stream_);
   }
-  if (prefill_launch_) {
-    // The rows are consecutive tokens of one slot: row 0's page tables are its tables.
+  const bool flash = precision_ == GemmPrecision::bf16;
+  const size_t qrow = size_t(s.n_heads) * size_t(d);
+  for (const Segment& g : flash ? p.prefill : std::vector<Segment>{}) {
+    // Consecutive tokens of one slot: their first row's page tables are the slot's tables.
     PrefillAttentionParams fa;
-    fa.n_tokens = batch, fa.n_heads = s.n_heads, fa.n_kv_heads = s.n_kv_heads, fa.head_dim = d;
+    fa.n_tokens = g.n, fa.n_heads = s.n_heads, fa.n_kv_heads = s.n_kv_heads, fa.head_dim = d;
     fa.bits = bits, fa.group = kv_.group, fa.sink = kv_.sink;
-    fa.q = q_rot_, fa.seq_len = seq_len_, fa.hist_end = bits == 0 ? nullptr : hist_end_;
-    fa.fp_k = c.fp_k(l), fa.fp_v = c.fp_v(l), fa.fp_blocks = fp_blocks_;
-    if (bits != 0) fa.hist_k = c.hist_k(l), fa.hist_v = c.hist_v(l), fa.hist_blocks = hist_blocks_;
-    fa.max_hist_end = prefill_hist_end_, fa.scratch = prefill_scratch_;
+    fa.q = q_rot_ + size_t(g.row) * qrow, fa.seq_len = seq_len_ + g.row;
+    fa.hist_end = bits == 0 ? nullptr : hist_end_ + g.row;
+    fa.fp_k = c.fp_k(l), fa.fp_v = c.fp_v(l), fa.fp_blocks = fp_blocks_ + size_t(g.row) * size_t(c.fp_stride());
+    if (bits != 0) {
+      fa.hist_k = c.hist_k(l), fa.hist_v = c.hist_v(l);
+      fa.hist_blocks = hist_blocks_ + size_t(g.row) * size_t(c.hist_stride());
+    }
+    fa.max_hist_end = int(g.hist_end), fa.scratch = prefill_scratch_;
     if (key_bias) {
-      fa.key_bias.coef = key_bias_coef_, fa.key_bias.cs_table = key_bias_cs_;
+      fa.key_bias.coef = key_bias_coef_ + size_t(g.row) * qrow, fa.key_bias.cs_table = key_bias_cs_;
       fa.key_bias.inv_freq = inv_freq_, fa.key_bias.position_scale = s.rope_position_scale;
     }
-    fa.out = att_;
+    fa.out = att_ + size_t(g.row) * qrow;
     prefill_attention(fa, stream_);
-  } else {
+  }
+  // The decode kernel: the one-token rows [0, n_decode) (f32 products: every row).
+  const int decode_rows = flash ? p.n_decode : p.rows;
+  if (decode_rows > 0) {
     DecodeAttentionParams ap;
-    ap.batch = batch, ap.n_heads = s.n_heads, ap.n_kv_heads = s.n_kv_heads, ap.head_dim = d;
+    ap.batch = decode_rows, ap.n_heads = s.n_heads, ap.n_kv_heads = s.n_kv_heads, ap.head_dim = d;
     ap.bits = bits, ap.group = kv_.group, ap.sink = kv_.sink, ap.max_seq_len = bound;
     ap.max_window_keys = bits == 0 ? 0 : std::min<int64_t>(bound, int64_t(kv_.sink) + kv_.window + kDecodeFpBlockTokens);
-    ap.tensor_cores = precision_ == GemmPrecision::bf16;  // f32: every key in f32 on the CUDA cores
+    ap.tensor_cores = flash;  // f32: every key in f32 on the CUDA cores
     ap.chunk_keys = decode_attention_default_chunk(ap, n_sm_);
     ap.q = q_rot_, ap.seq_len = seq_len_, ap.hist_end = bits == 0 ? nullptr : hist_end_;
     ap.fp_k = c.fp_k(l), ap.fp_v = c.fp_v(l), ap.fp_blocks = fp_blocks_, ap.fp_blocks_stride = c.fp_stride();
@@ -648,7 +742,7 @@ void DeviceModel::layer(int l, int batch, int64_t bound) {
     }
     if (key_bias) {  // every key's q·a_t, in f32, for the kernels to add
       KeyBiasScoresParams kb;
-      kb.batch = batch, kb.n_heads = s.n_heads, kb.head_dim = d;
+      kb.batch = decode_rows, kb.n_heads = s.n_heads, kb.head_dim = d;
       kb.coef = key_bias_coef_, kb.seq_len = seq_len_;
       kb.inv_freq = inv_freq_, kb.position_scale = s.rope_position_scale, kb.cs_table = key_bias_cs_;
       kb.max_seq_len = bound, kb.out = key_bias_scores_, kb.out_stride = bound;

@@ -143,6 +143,19 @@ class DeviceModel {
   void download_logits(int batch, float* out) const;  // into out[batch × n_vocab]
   std::vector<int32_t> download_next_ids(int batch) const;
 
+  // One forward over several sequences' new tokens, as a chunked-prefill server mixes them:
+  // slots[i] (distinct, active) gets tokens[starts[i], starts[i + 1]) (at least one) at its
+  // current length. Every matrix product runs once over all the rows (at most
+  // max(max_seqs, prefill_chunk)); attention runs the split-KV decode kernel over the
+  // one-token sequences and prefill_attention over each longer one (its own launch per
+  // layer), each row with exactly the view of the keys that decode would show it.
+  // Afterwards logits() row i and next_ids()[i] are sequence i's last token's. A batch of
+  // one-token sequences is step() (a CUDA graph when use_graph). Throws std::runtime_error,
+  // before anything runs, for bad ids, slots or starts, too many rows, or a full cache.
+  void forward(const std::vector<int>& slots, const std::vector<int32_t>& starts, const std::vector<int32_t>& tokens,
+               bool use_graph = false);
+  int max_rows() const { return max_rows_; }
+
   // Prefill: the tokens of one slot in launches of up to prefill_chunk rows (matrix
   // products over all rows at once), each token a row with its own view of the keys —
   // exactly what decode would have shown it (history [S, h(t + 1)) quantized, the rest
@@ -171,12 +184,28 @@ class DeviceModel {
   DemoteParams demote_params(int batch) const;
   // The BF16 copy of the history prefill_attention reads, for history rows [S, hist_end).
   void ensure_prefill_scratch(int64_t hist_end);
-  // The kernels of one launch over `rows` rows (capturable); logits of rows ≥ logits_from.
-  // decode: one new token per row, each row its own sequence (DeviceModel::step).
-  void run_step(int rows, int64_t bound, int logits_from, bool decode);
+  // A launch's rows as the kernels see them: rows [0, n_decode) one new token each, each its
+  // own sequence (the decode kernel); then prefill segments, each consecutive tokens of one
+  // slot (prefill_attention), with the history end of their last token.
+  struct Segment {
+    int row = 0, n = 0;
+    int64_t hist_end = 0;
+  };
+  struct Plan {
+    int rows = 0, n_decode = 0;
+    std::vector<Segment> prefill;
+    int64_t bound = 0;  // key bound (key_bound)
+  };
+  // The attention buffers a plan needs (decode workspace, prefill history scratch).
+  void prepare_attention(const Plan& p);
+  // The kernels of one launch (capturable when it is all decode rows); logits of rows ≥
+  // logits_from.
+  void run_plan(const Plan& p, int logits_from);
+  // Logits of the rows named by the staged kLastRow inputs into logits_ rows [0, n).
+  void compute_logits_gathered(int n);
   // Logits of rows [from, to) (at most logits_rows_) into logits_, greedy ids beside them.
   void compute_logits(int from, int to);
-  void layer(int l, int batch, int64_t max_len);
+  void layer(int l, const Plan& p);
 
   struct Matrix {
     uint16_t* bf16 = nullptr;
@@ -220,17 +249,17 @@ class DeviceModel {
   // prefill's logits come in slices of this many (1024 rows would take 0.6 GB at a 152K
   // vocabulary).
   int logits_rows_ = 0;
-  bool prefill_launch_ = false;  // run_step's rows are one slot's consecutive tokens: prefill_attention
   int32_t *d_inputs_ = nullptr, *h_inputs_ = nullptr;  // pinned
-  int32_t *ids_, *pos_, *seq_len_, *hist_end_, *demote_from_, *demote_to_, *bad_id_;
+  int32_t *ids_, *pos_, *seq_len_, *hist_end_, *demote_from_, *demote_to_, *bad_id_, *last_row_;
   int32_t *fp_blocks_, *hist_blocks_, *slots_;  // batch tables gathered from the slot tables
   // The quantized layers' demotion records (device), for one demotion launch per decode step
   // (demote_to_history_layers) when every demoted row predates the step's token (window ≥ 1).
   DemoteLayer* demote_layers_ = nullptr;
   int n_demote_layers_ = 0;
-  bool demote_hoisted_ = false;  // run_step did this launch's demotion before the layers
+  bool demote_hoisted_ = false;  // run_plan did this launch's demotion before the layers
   // Activations for max_rows_ rows.
   float *x_, *h_, *q_, *q_rot_, *k_, *v_, *att_, *att_rot_, *gate_, *up_, *logits_;
+  float* x_last_ = nullptr;  // [logits_rows_, n_embd] the rows whose logits forward() gives
   uint16_t *h16_, *gate16_;  // BF16 copies of h_ and the SwiGLU output (matrix inputs)
   int32_t* next_ids_ = nullptr;
   double* uniforms_ = nullptr;  // [max_rows_] for sample()
@@ -238,7 +267,6 @@ class DeviceModel {
   size_t attn_workspace_bytes_ = 0;
   uint16_t* prefill_scratch_ = nullptr;
   size_t prefill_scratch_bytes_ = 0;
-  int prefill_hist_end_ = 0;  // history end of the running prefill launch's last row
   int n_sm_ = 0;
   std::map<std::pair<int, int64_t>, cudaGraphExec_t> graphs_;  // (batch, key bucket) → graph
 };

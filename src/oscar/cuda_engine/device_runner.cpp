@@ -79,7 +79,7 @@ std::string DeviceRunner::describe() const {
   const bool named = cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess;
   return fmt::format("cuda ({}): BF16 weights {:.2f} GiB (streamed from {:.2f} GiB stored in {:.1f} s), cuBLAS "
                      "products; KV '{}': decode attention split-KV (quantized history on tensor cores), one graph per "
-                     "batch size; prefill one sequence at a time",
+                     "batch size; one forward per step over the decode rows and prefill chunks",
                      named ? prop.name : "GPU", double(dm_->weight_bytes()) / (1 << 30),
                      double(load_.file_bytes) / (1 << 30), load_.seconds, kv_name_);
 }
@@ -244,45 +244,57 @@ void DeviceRunner::run(const engine::Batch& batch, engine::StepOutput& out) {
   // logits download is 35 MB a step, which greedy requests never read.
   out.logits.resize(size_t(batch.n_seqs()) * V);
   out.argmax.assign(size_t(batch.n_seqs()), 0);
-  std::vector<int> slots, rows;
-  std::vector<int32_t> tokens;
+  for (int i = 0; i < batch.n_seqs(); ++i)
+    OSCAR_CHECK(batch.positions[size_t(i)] == length(batch.seq_ids[size_t(i)]), "sequence {}: batch position {} but length {}",
+                batch.seq_ids[size_t(i)], batch.positions[size_t(i)], length(batch.seq_ids[size_t(i)]));
+  // One forward over consecutive sequences [i0, i1) of the batch (logits rows in order).
+  const auto forward = [&](int i0, int i1) {
+    std::vector<int> slots;
+    std::vector<int32_t> starts{0}, tokens;
+    bool wanted = false;
+    for (int i = i0; i < i1; ++i) {
+      const std::span<const int32_t> t = batch.tokens_of(i);
+      slots.push_back(int(batch.seq_ids[size_t(i)]));
+      tokens.insert(tokens.end(), t.begin(), t.end());
+      starts.push_back(int32_t(tokens.size()));
+      wanted = wanted || batch.wants_logits(i);
+    }
+    device_call("forward", [&] { dm_->forward(slots, starts, tokens, /*use_graph=*/true); });
+    const std::vector<int32_t> ids = device_call("forward", [&] { return dm_->download_next_ids(i1 - i0); });
+    std::copy(ids.begin(), ids.end(), out.argmax.begin() + i0);
+    if (wanted) device_call("forward", [&] { dm_->download_logits(i1 - i0, out.logits.data() + size_t(i0) * V); });
+  };
+  // The whole batch is one forward when its rows fit the device's activations (the
+  // scheduler's step budget, at most prefill_chunk tokens, does); otherwise consecutive
+  // sequences go together while they fit, and a longer chunk runs alone in pieces.
+  const int64_t cap = dm_->max_rows();
+  int i0 = 0;
+  int64_t rows = 0;
   for (int i = 0; i < batch.n_seqs(); ++i) {
-    const int slot = int(batch.seq_ids[size_t(i)]);
-    OSCAR_CHECK(batch.positions[size_t(i)] == length(slot), "sequence {}: batch position {} but length {}", slot,
-                batch.positions[size_t(i)], length(slot));
     const std::span<const int32_t> t = batch.tokens_of(i);
-    if (t.size() == 1) {
-      slots.push_back(slot);
-      tokens.push_back(t[0]);
-      rows.push_back(i);
+    const int64_t n = int64_t(t.size());
+    if (rows + n <= cap) {
+      rows += n;
       continue;
     }
-    // A prefill chunk: its own launches, then the last token's id (and logits).
-    device_call("prefill", [&] { dm_->prefill(slot, std::vector<int32_t>(t.begin(), t.end())); });
-    out.argmax[size_t(i)] = device_call("prefill", [&] { return dm_->download_next_ids(1); })[0];
-    if (batch.wants_logits(i))
-      device_call("prefill", [&] { dm_->download_logits(1, out.logits.data() + size_t(i) * V); });
+    if (i > i0) forward(i0, i);
+    i0 = i, rows = n;
+    if (n <= cap) continue;
+    const int slot = int(batch.seq_ids[size_t(i)]);
+    for (int64_t a = 0; a + cap < n; a += cap)  // all but the last piece: no output wanted
+      device_call("forward", [&] {
+        dm_->forward({slot}, {0, int32_t(cap)}, std::vector<int32_t>(t.begin() + a, t.begin() + a + cap));
+      });
+    const int64_t done = (n - 1) / cap * cap;
+    engine::Batch last;
+    last.add(batch.seq_ids[size_t(i)], length(slot), t.subspan(size_t(done)), batch.wants_logits(i));
+    engine::StepOutput o;
+    run(last, o);
+    out.argmax[size_t(i)] = o.argmax[0];
+    if (batch.wants_logits(i)) std::copy(o.logits.begin(), o.logits.end(), out.logits.begin() + long(size_t(i) * V));
+    i0 = i + 1, rows = 0;
   }
-  if (slots.empty()) return;
-  device_call("decode step", [&] { dm_->step(slots, tokens, /*use_graph=*/true); });
-  const std::vector<int32_t> ids = device_call("decode step", [&] { return dm_->download_next_ids(int(slots.size())); });
-  bool any_wanted = false;
-  for (size_t k = 0; k < rows.size(); ++k) {
-    out.argmax[size_t(rows[k])] = ids[k];
-    any_wanted = any_wanted || batch.wants_logits(rows[k]);
-  }
-  if (!any_wanted) return;
-  // The decode rows usually lead the batch (the scheduler puts them first): one copy.
-  const bool leading = rows.back() == int(rows.size()) - 1;
-  if (leading) {
-    device_call("decode step", [&] { dm_->download_logits(int(rows.size()), out.logits.data()); });
-    return;
-  }
-  scratch_.resize(rows.size() * V);
-  device_call("decode step", [&] { dm_->download_logits(int(rows.size()), scratch_.data()); });
-  for (size_t k = 0; k < rows.size(); ++k)
-    std::copy(scratch_.begin() + long(k * V), scratch_.begin() + long((k + 1) * V),
-              out.logits.begin() + long(size_t(rows[k]) * V));
+  if (batch.n_seqs() > i0) forward(i0, batch.n_seqs());
 }
 
 }  // namespace oscar

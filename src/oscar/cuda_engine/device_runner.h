@@ -1,7 +1,7 @@
 // Runner on the GPU: a configured Transformer's weights and KV format uploaded as a
-// cuda::DeviceModel, its page pools sized from a byte budget. Prefill chunks run one
-// sequence at a time (DeviceModel::prefill); the decoding sequences of a step run as one
-// DeviceModel::step, through a CUDA graph per batch size and key bucket. The prefix cache
+// cuda::DeviceModel, its page pools sized from a byte budget. A step's decode rows and
+// prefill chunks run as one DeviceModel::forward (one pass of the matrix products over all
+// rows; a step of decode rows only replays a CUDA graph per batch size and key bucket). The prefix cache
 // shares whole fp pages (16 tokens, the index's blocks) and written history pages (64 rows)
 // by reference count, with the CPU cache's PrefixIndex and hit rule; the one history page a
 // hit ends inside is copied, since the new sequence writes its next rows there. Built only
@@ -59,7 +59,6 @@ class DeviceRunner final : public engine::Runner {
   int32_t n_vocab_ = 0;
   KvShape shape_;
   std::string kv_name_;
-  std::vector<float> scratch_;  // decode logits when the batch does not lead with its decode rows
 };
 
 }  // namespace oscar
