@@ -58,7 +58,6 @@ int ppl(PplOptions o) {
   PerplexityOptions po;
   po.n_ctx = o.model.ctx;
   po.max_chunks = o.chunks;
-  if (o.model.device == "cuda") po.chunk_logits = device_chunk_logits(m, po.n_ctx);
   std::vector<int32_t> tokens;
   if (base) {
     if (base->n_vocab() != m.transformer->config().n_vocab)
@@ -89,9 +88,11 @@ int ppl(PplOptions o) {
     on_scored = [&](std::span<const float> logits, int32_t) { writer->add(logits); };
   }
 
+  // Each chunk is a sequence of the device's Runner, from an empty cache.
+  const std::unique_ptr<engine::Runner> runner = make_runner(m, o.model.device, 1, po.n_ctx);
   const auto t1 = std::chrono::steady_clock::now();
   const PerplexityResult r = perplexity(
-      *m.transformer, tokens, po,
+      *runner, tokens, po,
       [](int c, const NllStats& s) {
         fmt::print("[{}]{:.4f},", c + 1, s.ppl());
         std::fflush(stdout);

@@ -1,5 +1,6 @@
-// --device cuda: the engine's Runner on the CUDA backend, and what ppl and bench run there
-// (oscar::cuda::DeviceModel) with the model and KV format load_model configured on the CPU side.
+// The engine's Runner for --device cpu or cuda (a DeviceRunner over oscar::cuda::DeviceModel, with
+// the model and KV format load_model configured on the CPU side): what run, ppl, niah and bench
+// drive. The one place the commands meet the CUDA build switch.
 #pragma once
 #include <functional>
 #include <string>
@@ -15,11 +16,7 @@ namespace oscar::cli {
 void check_device(const std::string& device);
 
 // The engine's Runner for `device` (cpu, or cuda: a DeviceRunner) with room for max_seqs
-// sequences of up to `capacity` tokens: what run and niah generate on.
+// sequences of up to `capacity` tokens.
 std::unique_ptr<engine::Runner> make_runner(LoadedModel& m, const std::string& device, int max_seqs, int64_t capacity);
-
-// For `ppl --device cuda`: a DeviceModel for one sequence of n_ctx tokens and the chunk
-// function perplexity() calls (each chunk prefilled from an empty cache on the GPU).
-ChunkLogitsFn device_chunk_logits(LoadedModel& m, int n_ctx);
 
 }  // namespace oscar::cli

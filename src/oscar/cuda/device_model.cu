@@ -575,19 +575,38 @@ void DeviceModel::prepare_attention(const Plan& p) {
 }
 
 void DeviceModel::forward(const std::vector<int>& slots, const std::vector<int32_t>& starts,
-                          const std::vector<int32_t>& tokens, bool use_graph) {
+                          const std::vector<int32_t>& tokens, bool use_graph,
+                          const std::vector<int64_t>& token_logits_from, std::vector<float>* token_logits) {
   const char* what = "DeviceModel::forward";
   const int n_seqs = int(slots.size());
+  if (token_logits) token_logits->clear();
   if (n_seqs == 0) return;
   if (starts.size() != slots.size() + 1 || starts.front() != 0 || starts.back() != int32_t(tokens.size()))
     fail(what, "starts must run from 0 to the token count, one more than the slots");
+  if (!token_logits_from.empty() && (token_logits_from.size() != slots.size() || !token_logits))
+    fail(what, "token_logits_from needs one entry per sequence and an output");
   bool all_decode = true;
   for (int i = 0; i < n_seqs; ++i) {
     const int32_t n = starts[size_t(i) + 1] - starts[size_t(i)];
     if (n < 1) fail(what, "sequence " + std::to_string(i) + " has no tokens");
+    if (!token_logits_from.empty() && token_logits_from[size_t(i)] >= n)
+      fail(what, "token_logits_from " + std::to_string(token_logits_from[size_t(i)]) + " past sequence " +
+                     std::to_string(i) + "'s " + std::to_string(n) + " tokens");
     all_decode = all_decode && n == 1;
   }
-  if (all_decode) return step(slots, tokens, use_graph);
+  const auto wants = [&](int i) { return !token_logits_from.empty() && token_logits_from[size_t(i)] >= 0; };
+  if (all_decode) {
+    step(slots, tokens, use_graph);
+    bool any = false;
+    for (int i = 0; i < n_seqs; ++i) any = any || wants(i);
+    if (any) {  // a one-token sequence's token logits are its step row
+      const std::vector<float> all = download_logits(n_seqs);
+      const size_t V = size_t(shape_.n_vocab);
+      for (int i = 0; i < n_seqs; ++i)
+        if (wants(i)) token_logits->insert(token_logits->end(), all.begin() + long(size_t(i) * V), all.begin() + long(size_t(i + 1) * V));
+    }
+    return;
+  }
   if (int64_t(tokens.size()) > max_rows_)
     fail(what, std::to_string(tokens.size()) + " rows, more than " + std::to_string(max_rows_));
   if (n_seqs > logits_rows_)
@@ -607,7 +626,7 @@ void DeviceModel::forward(const std::vector<int>& slots, const std::vector<int32
       if ((starts[size_t(i) + 1] - starts[size_t(i)] == 1) == (pass == 0)) order.push_back(i);
   for (int i : order) cache_->begin_tokens(slots[size_t(i)], starts[size_t(i) + 1] - starts[size_t(i)]);
   Plan plan;
-  std::vector<int> row_slots;
+  std::vector<int> row_slots, last_row(static_cast<size_t>(n_seqs));
   std::vector<int32_t> row_tokens;
   std::vector<int64_t> positions;
   for (int i : order) {
@@ -620,12 +639,23 @@ void DeviceModel::forward(const std::vector<int>& slots, const std::vector<int32
       row_tokens.push_back(tokens[size_t(starts[size_t(i)] + k)]);
       positions.push_back(t0 + k);
     }
-    h_inputs_[size_t(kLastRow) * size_t(max_rows_) + size_t(i)] = int32_t(row_slots.size()) - 1;
+    last_row[size_t(i)] = int(row_slots.size()) - 1;
+    h_inputs_[size_t(kLastRow) * size_t(max_rows_) + size_t(i)] = int32_t(last_row[size_t(i)]);
   }
   plan.rows = int(row_slots.size());
   plan.bound = key_bound(stage_rows(row_slots, row_tokens, positions));  // uploads kLastRow too
   prepare_attention(plan);
   run_plan(plan, /*logits_from=*/plan.rows);
+  for (int i = 0; i < n_seqs; ++i) {
+    if (!wants(i)) continue;
+    const int n = starts[size_t(i) + 1] - starts[size_t(i)], last = last_row[size_t(i)];
+    for (int a = last - n + 1 + int(token_logits_from[size_t(i)]); a <= last; a += logits_rows_) {
+      const int b = std::min(last + 1, a + logits_rows_);
+      compute_logits(a, b);
+      const std::vector<float> rows = download_logits(b - a);
+      token_logits->insert(token_logits->end(), rows.begin(), rows.end());
+    }
+  }
   compute_logits_gathered(n_seqs);
   for (int i : order) cache_->end_tokens(slots[size_t(i)], starts[size_t(i) + 1] - starts[size_t(i)]);
 }

@@ -150,10 +150,14 @@ class DeviceModel {
   // one-token sequences and prefill_attention over each longer one (its own launch per
   // layer), each row with exactly the view of the keys that decode would show it.
   // Afterwards logits() row i and next_ids()[i] are sequence i's last token's. A batch of
-  // one-token sequences is step() (a CUDA graph when use_graph). Throws std::runtime_error,
-  // before anything runs, for bad ids, slots or starts, too many rows, or a full cache.
+  // one-token sequences is step() (a CUDA graph when use_graph). token_logits_from (empty,
+  // or one per sequence): k ≥ 0 also appends the logits of that sequence's tokens k … n − 1
+  // to *token_logits (downloaded, in slices of the logits buffer). Throws
+  // std::runtime_error, before anything runs, for bad ids, slots or starts, too many rows,
+  // or a full cache.
   void forward(const std::vector<int>& slots, const std::vector<int32_t>& starts, const std::vector<int32_t>& tokens,
-               bool use_graph = false);
+               bool use_graph = false, const std::vector<int64_t>& token_logits_from = {},
+               std::vector<float>* token_logits = nullptr);
   int max_rows() const { return max_rows_; }
 
   // Prefill: the tokens of one slot in launches of up to prefill_chunk rows (matrix

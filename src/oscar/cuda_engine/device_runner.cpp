@@ -244,6 +244,8 @@ void DeviceRunner::run(const engine::Batch& batch, engine::StepOutput& out) {
   // logits download is 35 MB a step, which greedy requests never read.
   out.logits.resize(size_t(batch.n_seqs()) * V);
   out.argmax.assign(size_t(batch.n_seqs()), 0);
+  out.token_logits.clear();
+  std::vector<float> piece_logits;  // one forward's token logits
   for (int i = 0; i < batch.n_seqs(); ++i)
     OSCAR_CHECK(batch.positions[size_t(i)] == length(batch.seq_ids[size_t(i)]), "sequence {}: batch position {} but length {}",
                 batch.seq_ids[size_t(i)], batch.positions[size_t(i)], length(batch.seq_ids[size_t(i)]));
@@ -251,15 +253,19 @@ void DeviceRunner::run(const engine::Batch& batch, engine::StepOutput& out) {
   const auto forward = [&](int i0, int i1) {
     std::vector<int> slots;
     std::vector<int32_t> starts{0}, tokens;
+    std::vector<int64_t> from;
     bool wanted = false;
     for (int i = i0; i < i1; ++i) {
       const std::span<const int32_t> t = batch.tokens_of(i);
       slots.push_back(int(batch.seq_ids[size_t(i)]));
       tokens.insert(tokens.end(), t.begin(), t.end());
       starts.push_back(int32_t(tokens.size()));
+      from.push_back(batch.token_logits_of(i));
       wanted = wanted || batch.wants_logits(i);
     }
-    device_call("forward", [&] { dm_->forward(slots, starts, tokens, /*use_graph=*/true); });
+    if (!batch.wants_token_logits()) from.clear();
+    device_call("forward", [&] { dm_->forward(slots, starts, tokens, /*use_graph=*/true, from, &piece_logits); });
+    out.token_logits.insert(out.token_logits.end(), piece_logits.begin(), piece_logits.end());
     const std::vector<int32_t> ids = device_call("forward", [&] { return dm_->download_next_ids(i1 - i0); });
     std::copy(ids.begin(), ids.end(), out.argmax.begin() + i0);
     if (wanted) device_call("forward", [&] { dm_->download_logits(i1 - i0, out.logits.data() + size_t(i0) * V); });
@@ -281,16 +287,27 @@ void DeviceRunner::run(const engine::Batch& batch, engine::StepOutput& out) {
     i0 = i, rows = n;
     if (n <= cap) continue;
     const int slot = int(batch.seq_ids[size_t(i)]);
-    for (int64_t a = 0; a + cap < n; a += cap)  // all but the last piece: no output wanted
+    const int64_t from = batch.token_logits_of(i);
+    // A piece's token logits: those at or past `from`, counted from the piece's start.
+    const auto piece_from = [&](int64_t a, int64_t m) -> std::vector<int64_t> {
+      if (from < 0 || from >= a + m) return {-1};
+      return {std::max<int64_t>(from - a, 0)};
+    };
+    for (int64_t a = 0; a + cap < n; a += cap) {  // all but the last piece: no last-token output
       device_call("forward", [&] {
-        dm_->forward({slot}, {0, int32_t(cap)}, std::vector<int32_t>(t.begin() + a, t.begin() + a + cap));
+        dm_->forward({slot}, {0, int32_t(cap)}, std::vector<int32_t>(t.begin() + a, t.begin() + a + cap), false,
+                     piece_from(a, cap), &piece_logits);
       });
+      out.token_logits.insert(out.token_logits.end(), piece_logits.begin(), piece_logits.end());
+    }
     const int64_t done = (n - 1) / cap * cap;
     engine::Batch last;
-    last.add(batch.seq_ids[size_t(i)], length(slot), t.subspan(size_t(done)), batch.wants_logits(i));
+    last.add(batch.seq_ids[size_t(i)], length(slot), t.subspan(size_t(done)), batch.wants_logits(i),
+             piece_from(done, n - done)[0]);
     engine::StepOutput o;
     run(last, o);
     out.argmax[size_t(i)] = o.argmax[0];
+    out.token_logits.insert(out.token_logits.end(), o.token_logits.begin(), o.token_logits.end());
     if (batch.wants_logits(i)) std::copy(o.logits.begin(), o.logits.end(), out.logits.begin() + long(size_t(i) * V));
     i0 = i + 1, rows = 0;
   }

@@ -16,6 +16,9 @@ struct Batch {
   // [n_seqs] 0: the caller needs only the greedy id of the sequence's last token, so the
   // runner may skip bringing its logits row (152K floats on a large vocabulary) to the host.
   std::vector<uint8_t> logits_wanted;
+  // [n_seqs] −1: none; k ≥ 0: also the logits of every new token from the sequence's k-th on
+  // (StepOutput::token_logits; perplexity scores whole chunks this way).
+  std::vector<int64_t> token_logits_from;
 
   int n_seqs() const { return int(seq_ids.size()); }
   int64_t n_tokens() const { return int64_t(tokens.size()); }
@@ -24,9 +27,17 @@ struct Batch {
                                                     size_t(query_starts[size_t(i) + 1] - query_starts[size_t(i)]));
   }
   bool wants_logits(int i) const { return logits_wanted[size_t(i)] != 0; }
-  void add(SeqId seq, int64_t position, std::span<const int32_t> new_tokens, bool want_logits = true) {
+  int64_t token_logits_of(int i) const { return token_logits_from[size_t(i)]; }
+  bool wants_token_logits() const {
+    for (int64_t f : token_logits_from)
+      if (f >= 0) return true;
+    return false;
+  }
+  void add(SeqId seq, int64_t position, std::span<const int32_t> new_tokens, bool want_logits = true,
+           int64_t token_logits_from_k = -1) {
     seq_ids.push_back(seq);
     logits_wanted.push_back(want_logits ? 1 : 0);
+    token_logits_from.push_back(token_logits_from_k);
     positions.push_back(position);
     tokens.insert(tokens.end(), new_tokens.begin(), new_tokens.end());
     query_starts.push_back(int64_t(tokens.size()));
@@ -35,6 +46,7 @@ struct Batch {
     seq_ids.clear();
     positions.clear();
     logits_wanted.clear();
+    token_logits_from.clear();
     query_starts.assign(1, 0);
     tokens.clear();
   }

@@ -11,11 +11,19 @@ namespace oscar::engine {
 
 CpuRunner::CpuRunner(Transformer& model, KvCache cache) : model_(model), cache_(std::move(cache)) {}
 
+namespace {
+// "f32" (dequantized at load) or the file's own format of the layers' matrices.
+std::string weights_kind(const ModelWeights& w) {
+  if (w.layers.empty() || w.layers[0].wq.owns_f32()) return "f32";
+  return fmt::format("{} (as stored)", ggml_type_name(w.layers[0].wq.type()));
+}
+}  // namespace
+
 std::string CpuRunner::describe() const {
   const KvSpec& s = cache_.spec();
-  return fmt::format("cpu ({} threads, {}): f32 weights; batched decode products (weights read once per step), "
+  return fmt::format("cpu ({} threads, {}): {} weights; batched decode products (weights read once per step), "
                      "attention per sequence over KV '{}'{}",
-                     num_threads(), use_avx2() ? "AVX2+FMA" : "scalar", s.name(),
+                     num_threads(), use_avx2() ? "AVX2+FMA" : "scalar", weights_kind(model_.weights()), s.name(),
                      s.quantized() ? fmt::format(" (sink {}, recent {}, history packed {}-bit)", s.sink, s.recent, s.bits())
                                    : std::string());
 }
@@ -29,7 +37,11 @@ void CpuRunner::run(const Batch& batch, StepOutput& out) {
                 batch.positions[size_t(i)], cache_.length(seq));
     seqs_.push_back(SeqTokens{seq, batch.tokens_of(i)});
   }
-  model_.forward_batch(cache_, seqs_, out.logits);
+  if (batch.wants_token_logits())
+    model_.forward_batch(cache_, seqs_, out.logits, batch.token_logits_from, &out.token_logits);
+  else
+    model_.forward_batch(cache_, seqs_, out.logits);
+  if (!batch.wants_token_logits()) out.token_logits.clear();
   // Every row is computed here anyway; its argmax costs one pass.
   const size_t V = size_t(model_.config().n_vocab);
   out.argmax.resize(size_t(batch.n_seqs()));

@@ -23,6 +23,9 @@ struct KvPageBytes {
 struct StepOutput {
   std::vector<float> logits;    // [n_seqs, n_vocab]; row i is valid only where batch.wants_logits(i)
   std::vector<int32_t> argmax;  // [n_seqs] the first largest logit of each row (as oscar::argmax)
+  // [rows, n_vocab] the logits of every token a sequence asked for (Batch::token_logits_from):
+  // its tokens k … n − 1, the sequences in batch order; empty when none asked.
+  std::vector<float> token_logits;
 };
 
 class Runner {

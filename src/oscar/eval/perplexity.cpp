@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "oscar/core/error.h"
+#include "oscar/engine/cpu_runner.h"
 
 namespace oscar {
 
@@ -34,7 +35,7 @@ std::vector<int32_t> perplexity_chunks(std::span<const int32_t> tokens, const Pe
   return out;
 }
 
-PerplexityResult perplexity(Transformer& model, std::span<const int32_t> tokens, const PerplexityOptions& opt,
+PerplexityResult perplexity(engine::Runner& runner, std::span<const int32_t> tokens, const PerplexityOptions& opt,
                             const std::function<void(int, const NllStats&)>& on_chunk,
                             const ScoredPositionFn& on_scored) {
   const int N = opt.n_ctx;
@@ -43,28 +44,31 @@ PerplexityResult perplexity(Transformer& model, std::span<const int32_t> tokens,
   if (opt.max_chunks >= 0) n_chunks = std::min(n_chunks, opt.max_chunks);
   if (n_chunks == 0) fail("text has {} tokens, fewer than one chunk of {}: use a longer file or a smaller -c", tokens.size(), N);
 
-  const int64_t n_vocab = model.config().n_vocab;
-  KvCache cache = model.make_cache(opt.chunk_logits ? 1 : N);
-  const SeqId seq = cache.add_sequence();
+  const int64_t n_vocab = runner.n_vocab();
+  const KvShape shape = runner.kv_shape();
   NllStats stats;
   PerplexityResult r;
   r.n_ctx = N;
-  std::vector<float> logits;
+  engine::Batch batch;
+  engine::StepOutput out;
   std::vector<int32_t> chunk(static_cast<size_t>(N));
   for (int c = 0; c < n_chunks; ++c) {
     std::copy_n(tokens.begin() + int64_t(c) * N, N, chunk.begin());
     if (opt.bos_id >= 0) chunk[0] = opt.bos_id;
     const int first = N / 2;  // only the scored half needs logits (the LM head is large)
-    if (opt.chunk_logits) {
-      r.kv_bytes = opt.chunk_logits(chunk, first, logits);
-      const ModelConfig& mc = model.config();
-      r.kv_bits_per_element = 8.0 * double(r.kv_bytes) / (2.0 * mc.n_layers * mc.n_kv_heads * mc.head_dim * double(N));
-    } else {
-      cache.clear_sequence(seq);
-      model.forward(cache, seq, chunk, LogitsFor::all, logits, first);
-      r.kv_bits_per_element = cache.bits_per_element(seq);
-      r.kv_bytes = cache.bytes_used(seq);
+    const SeqId seq = runner.add_sequence();
+    batch.clear();
+    batch.add(seq, 0, chunk, /*want_logits=*/false, first);
+    try {
+      runner.run(batch, out);
+    } catch (...) {
+      runner.free_sequence(seq);
+      throw;
     }
+    r.kv_bytes = runner.kv_bytes(seq);
+    r.kv_bits_per_element = 8.0 * double(r.kv_bytes) / (2.0 * shape.n_layers * shape.n_kv_heads * shape.head_dim * double(N));
+    runner.free_sequence(seq);
+    const std::vector<float>& logits = out.token_logits;
     OSCAR_CHECK(logits.size() == size_t(N - first) * size_t(n_vocab), "chunk logits have the wrong size");
     NllStats chunk_stats;
     for (int j = N / 2; j <= N - 2; ++j) {
@@ -83,6 +87,13 @@ PerplexityResult perplexity(Transformer& model, std::span<const int32_t> tokens,
   r.ppl = stats.ppl();
   r.ppl_stderr = stats.ppl_stderr();
   return r;
+}
+
+PerplexityResult perplexity(Transformer& model, std::span<const int32_t> tokens, const PerplexityOptions& opt,
+                            const std::function<void(int, const NllStats&)>& on_chunk,
+                            const ScoredPositionFn& on_scored) {
+  engine::CpuRunner runner(model, model.make_cache(std::max(opt.n_ctx, 1)));
+  return perplexity(runner, tokens, opt, on_chunk, on_scored);
 }
 
 }  // namespace oscar

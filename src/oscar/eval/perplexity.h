@@ -8,22 +8,16 @@
 #include <span>
 #include <vector>
 
+#include "oscar/engine/runner.h"
 #include "oscar/kv/kv_spec.h"
 #include "oscar/model/transformer.h"
 
 namespace oscar {
 
-// Computes a chunk's logits somewhere else (the GPU backend): rows for tokens first … N − 1
-// into `logits` ([N − first, n_vocab]), each chunk from an empty cache; returns the bytes of
-// KV the chunk's sequence holds.
-using ChunkLogitsFn =
-    std::function<int64_t(std::span<const int32_t> chunk, int first, std::vector<float>& logits)>;
-
 struct PerplexityOptions {
   int n_ctx = 512;
   int max_chunks = -1;      // -1: all whole chunks
   int32_t bos_id = -1;      // when >= 0, the first token of each chunk is replaced by BOS
-  ChunkLogitsFn chunk_logits;  // null: the model's CPU forward
 };
 
 struct PerplexityResult {
@@ -59,8 +53,14 @@ double token_nll(std::span<const float> logits, int32_t target);
 // mode stores or compares these).
 using ScoredPositionFn = std::function<void(std::span<const float> logits, int32_t target)>;
 
+// Each chunk is one sequence of `runner` (CPU or GPU alike), run as one batch that asks for
+// the logits of its scored half (Batch::token_logits_from) and freed afterwards.
 // Calls on_chunk(chunk_index, running_stats) after each chunk (for llama-style progress).
 // Throws oscar::Error when the text holds fewer tokens than one chunk.
+PerplexityResult perplexity(engine::Runner& runner, std::span<const int32_t> tokens, const PerplexityOptions& opt,
+                            const std::function<void(int, const NllStats&)>& on_chunk = {},
+                            const ScoredPositionFn& on_scored = {});
+// The same on the CPU: `model` through a CpuRunner with a cache of one chunk.
 PerplexityResult perplexity(Transformer& model, std::span<const int32_t> tokens, const PerplexityOptions& opt,
                             const std::function<void(int, const NllStats&)>& on_chunk = {},
                             const ScoredPositionFn& on_scored = {});

@@ -127,12 +127,29 @@ void Transformer::forward(KvCache& cache, SeqId seq, std::span<const int32_t> to
   qmat::linear(w_.output_matrix(), h_.data(), nullptr, logits.data(), rows);
 }
 
-void Transformer::forward_batch(KvCache& cache, std::span<const SeqTokens> seqs, std::vector<float>& logits) {
+void Transformer::forward_batch(KvCache& cache, std::span<const SeqTokens> seqs, std::vector<float>& logits,
+                                std::span<const int64_t> token_logits_from, std::vector<float>* token_logits) {
   const ModelConfig& c = config();
   const int64_t E = c.n_embd;
+  OSCAR_CHECK(token_logits_from.empty() || (token_logits_from.size() == seqs.size() && token_logits),
+              "token_logits_from needs one entry per sequence and an output");
+  for (size_t i = 0; i < token_logits_from.size(); ++i)
+    OSCAR_CHECK(token_logits_from[i] < int64_t(seqs[i].tokens.size()), "token_logits_from {} past the sequence's {} tokens",
+                token_logits_from[i], seqs[i].tokens.size());
   const std::vector<int64_t> last_row = begin_pass(cache, seqs);
   run_layers(cache);
   for (const RowSpan& sp : spans_) cache.commit(sp.seq, sp.n);
+  if (token_logits) token_logits->clear();
+  for (size_t i = 0; i < token_logits_from.size(); ++i) {
+    if (token_logits_from[i] < 0) continue;
+    // The sequence's rows end at its last row; the same products as forward(LogitsFor::all).
+    const int64_t n = int64_t(seqs[i].tokens.size()), rows = n - token_logits_from[i];
+    const int64_t first = last_row[i] - rows + 1;
+    rmsnorm(x_.data() + first * E, w_.output_norm.data(), h_.data(), rows, E, c.rms_eps);
+    const size_t at = token_logits->size();
+    token_logits->resize(at + size_t(rows * c.n_vocab));
+    qmat::linear(w_.output_matrix(), h_.data(), nullptr, token_logits->data() + at, rows);
+  }
 
   const int64_t B = int64_t(seqs.size());
   std::vector<float> last(size_t(B * E));

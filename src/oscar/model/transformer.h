@@ -76,7 +76,10 @@ class Transformer {
   // gives; longer spans (prefill chunks) go through one sgemm. Reserves every sequence's
   // pages first: when they do not all fit it throws oscar::Error with nothing changed.
   // logits: [seqs.size(), n_vocab], the last token of each sequence, in the order given.
-  void forward_batch(KvCache& cache, std::span<const SeqTokens> seqs, std::vector<float>& logits);
+  // token_logits_from (empty, or one per sequence): k ≥ 0 also gives that sequence's tokens
+  // k … n − 1 their logits in token_logits, in order (as forward's LogitsFor::all).
+  void forward_batch(KvCache& cache, std::span<const SeqTokens> seqs, std::vector<float>& logits,
+                     std::span<const int64_t> token_logits_from = {}, std::vector<float>* token_logits = nullptr);
 
  private:
   // A sequence's rows in this pass: rows [row0, row0 + n) at positions pos0 ...
