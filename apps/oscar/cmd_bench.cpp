@@ -8,7 +8,6 @@
 
 #include "commands.h"
 #include "common.h"
-#include "device_generate.h"
 #include "oscar/core/error.h"
 #include "oscar/core/thread_pool.h"
 #include "oscar/engine/generate.h"

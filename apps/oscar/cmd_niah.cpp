@@ -15,7 +15,6 @@
 
 #include "commands.h"
 #include "common.h"
-#include "device_generate.h"
 #include "oscar/core/error.h"
 #include "oscar/eval/niah.h"
 

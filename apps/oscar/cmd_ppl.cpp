@@ -10,7 +10,6 @@
 
 #include "commands.h"
 #include "common.h"
-#include "device_generate.h"
 #include "oscar/core/error.h"
 #include "oscar/eval/kl_divergence.h"
 #include "oscar/eval/perplexity.h"

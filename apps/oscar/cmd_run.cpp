@@ -8,7 +8,6 @@
 
 #include "commands.h"
 #include "common.h"
-#include "device_generate.h"
 #include "oscar/core/error.h"
 
 namespace oscar::cli {

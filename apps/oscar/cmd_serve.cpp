@@ -11,14 +11,10 @@
 
 #include "commands.h"
 #include "common.h"
-#include "device_generate.h"
 #include "oscar/core/error.h"
 #include "oscar/engine/kv_budget.h"
 #include "oscar/model/weight_source.h"
 #include "oscar/serve/http_server.h"
-#if OSCAR_WITH_CUDA
-#include "oscar/cuda_engine/device_runner.h"
-#endif
 
 namespace oscar::cli {
 
@@ -77,16 +73,6 @@ void check_before_loading(const ServeOptions& o) {
              arch_name(c.arch), c.n_layers, c.n_kv_heads, c.head_dim, kv.name(), o.model.device == "cuda" ? "GPU" : "CPU");
 }
 
-void print_plan(const engine::KvPlan& plan, const Transformer& t, const ServeOptions& o, int64_t ctx) {
-  const int64_t block = t.kv_spec().block_tokens;
-  fmt::print(stderr, "KV bytes per token: sink/recent (fp) {:.1f}, history {:.1f}; pages: {} fp ({} B each), {} history ({} B each)\n",
-             double(plan.fp_page_bytes) / double(block), double(plan.history_page_bytes) / double(block),
-             plan.pages.fp, plan.fp_page_bytes, plan.pages.history, plan.history_page_bytes);
-  fmt::print(stderr, "KV cache: {} for up to {} sequences of {} tokens; sequences that fit at once: {} at {} tokens, {} at {} tokens\n",
-             format_bytes(plan.bytes), o.max_seqs, ctx, engine::sequences_that_fit(t, plan, ctx), ctx,
-             engine::sequences_that_fit(t, plan, std::max<int64_t>(ctx / 4, 1)), std::max<int64_t>(ctx / 4, 1));
-}
-
 int serve(const ServeOptions& o) {
   const sigset_t stop_signals = block_stop_signals();
   check_before_loading(o);
@@ -113,22 +99,12 @@ int serve(const ServeOptions& o) {
   LoadedModel m = load_model(o.model);
   const int64_t ctx = engine::context_limit(o.model, m.transformer->config());
   const int64_t budget = int64_t(o.kv_mem_mib * 1024 * 1024);
-  std::unique_ptr<engine::Runner> runner;
-  if (o.model.device == "cuda") {
-#if OSCAR_WITH_CUDA
-    const DeviceKvPlan plan = plan_device_kv(*m.transformer, budget, o.max_seqs, ctx);
-    fmt::print(stderr, "KV bytes per token on the GPU: fp {:.1f}, history {:.1f}; pages: {} fp ({} B each), {} history "
-                       "({} B each); {} for up to {} sequences of {} tokens, {} fit at once\n",
-               double(plan.fp_page_bytes) / double(plan.fp_page_tokens),
-               double(plan.hist_page_bytes) / double(plan.hist_page_tokens), plan.fp_pages, plan.fp_page_bytes,
-               plan.hist_pages, plan.hist_page_bytes, format_bytes(plan.bytes), o.max_seqs, ctx, plan.seqs_at_ctx);
-    runner = std::make_unique<DeviceRunner>(*m.transformer, plan, o.max_seqs, ctx);
-#endif
-  } else {
-    const engine::KvPlan plan = engine::plan_kv_cache(*m.transformer, budget, o.max_seqs, ctx, o.step_tokens);
-    print_plan(plan, *m.transformer, o, ctx);
-    runner = std::make_unique<CpuRunner>(*m.transformer, m.transformer->make_cache(plan.pages));
-  }
+  engine::RunnerPlan plan;
+  plan.device = o.model.device, plan.max_seqs = o.max_seqs, plan.ctx = ctx;
+  plan.budgeted = true, plan.kv_budget_bytes = budget, plan.step_tokens = o.step_tokens;
+  engine::OpenedRunner opened = engine::open_runner(*m.transformer, plan);
+  fmt::print(stderr, "{}\n", opened.plan);
+  const std::unique_ptr<engine::Runner> runner = std::move(opened.runner);
   if (o.no_prefix_cache) {
     fmt::print(stderr, "prefix cache: off (--no-prefix-cache)\n");
   } else {

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "oscar/backends/open_runner.h"
 #include "oscar/core/read_file.h"
 #include "oscar/engine/cpu_runner.h"
 #include "oscar/engine/generate.h"
@@ -52,5 +53,10 @@ void print_kv_memory(const engine::Runner& runner, SeqId seq, const std::string&
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+// The Runner run, ppl, niah and bench drive (engine::open_runner): room for max_seqs
+// sequences of up to `capacity` tokens on `device`; on a GPU its description goes to stderr.
+std::unique_ptr<engine::Runner> make_runner(LoadedModel& m, const std::string& device, int max_seqs, int64_t capacity);
+using engine::check_device;
 
 }  // namespace oscar::cli

@@ -1,9 +1,9 @@
 // Paged KV cache for many sequences, in the segments of a KvSpec:
 //   [sink 0..S) ‖ [history S..h) ‖ [recent h..t)      h = spec.history_end(t)
 // Full-precision rows (sink, recent, and a step's new tokens) live in fp pages:
-//   fp_k_[layer]: [n_fp_blocks, n_kv_heads, block_tokens, head_dim] in spec.dtype
+//   k_[layer], v_[layer]: [n_fp_blocks, n_kv_heads, block_tokens, head_dim] in spec.dtype
 // quantized history rows live in history pages:
-//   q_k_[layer]: [n_q_blocks, n_kv_heads, HistoryFormat::block_bytes()]
+//   qk_[layer], qv_[layer]: [n_q_blocks, n_kv_heads, HistoryFormat::block_bytes()]
 // A step runs, per layer: write(new rows) → demote(rows now history) → attention; then
 // commit() advances the length and releases fp pages whose tokens are all history.
 #pragma once

@@ -72,8 +72,8 @@ class Transformer {
 
   // Several sequences in one pass (continuous batching): the matrix products run over all
   // rows at once, attention per sequence. Sequences with one token (decode) go through
-  // matmul_decode, which gives each row bit for bit what a pass of that sequence alone
-  // gives; longer spans (prefill chunks) go through one sgemm. Reserves every sequence's
+  // qmat::linear_decode, which gives each row bit for bit what a pass of that sequence alone
+  // gives; longer spans (prefill chunks) go through qmat::linear. Reserves every sequence's
   // pages first: when they do not all fit it throws oscar::Error with nothing changed.
   // logits: [seqs.size(), n_vocab], the last token of each sequence, in the order given.
   // token_logits_from (empty, or one per sequence): k ≥ 0 also gives that sequence's tokens
