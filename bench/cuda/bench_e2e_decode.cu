@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "random_weights.cuh"
+
 #include <cuda_runtime.h>
 
 #include "oscar/cuda/check_cuda.h"
@@ -205,7 +207,7 @@ Row run_config(const std::string& kind, const KvSpec& spec, int batch, int64_t s
     limits.max_seqs = batch;
     limits.max_seq_len = max_len;  // fp_pages / hist_pages 0: sized for batch sequences of max_len
     limits.prefill_chunk = o.prefill_chunk;
-    std::unique_ptr<DeviceModel> model = DeviceModel::random(shape, fmt, limits, o.seed);
+    auto model = std::make_unique<DeviceModel>(shape, fmt, limits, oscar::cuda::RandomWeightLoader(o.seed));
     DeviceKvCache& cache = model->cache();
     const cudaStream_t stream = model->stream();
 

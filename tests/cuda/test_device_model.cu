@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../bench/cuda/random_weights.cuh"
 #include "cuda_test_util.h"
 #include "oscar/cuda/decode_attention.h"
 #include "oscar/cuda/device_model.h"
@@ -898,7 +899,7 @@ void run_refusal_checks(uint32_t seed) {
     report(is_refusal(msg) && named, "constructor refuses " + b.what + ": \"" + msg + "\"");
   }
 
-  {  // DeviceModel::random (the benchmarks' model): steps run, logits finite, ids in range.
+  {  // RandomWeightLoader (the benchmarks' model): steps run, logits finite, ids in range.
     bool ok = false;
     std::string detail;
     const std::string msg = refusal([&] {
@@ -907,8 +908,8 @@ void run_refusal_checks(uint32_t seed) {
       q.bits = {2, 2};
       q.k_clip = q.v_clip = {0.96f, 0.92f};
       const oc::KvFormat kv = make_format(q, rng);
-      std::unique_ptr<oc::DeviceModel> m =
-          oc::DeviceModel::random(make_shape(q), kv, oc::KvCacheLimits{2, 128, 0, 0}, seed);
+      auto m = std::make_unique<oc::DeviceModel>(make_shape(q), kv, oc::KvCacheLimits{2, 128, 0, 0},
+                                                 oc::RandomWeightLoader(seed));
       const int a = m->cache().add_sequence(), b = m->cache().add_sequence();
       long bad_values = 0, bad_ids = 0;
       for (int i = 0; i < 70; ++i) {
@@ -921,7 +922,7 @@ void run_refusal_checks(uint32_t seed) {
       ok = bad_values == 0 && bad_ids == 0;
       detail = std::to_string(bad_values) + " non-finite logits, " + std::to_string(bad_ids) + " ids out of range";
     });
-    report(msg.empty() && ok, "DeviceModel::random (INT2, qkv bias), 70 steps of 2: " + detail +
+    report(msg.empty() && ok, "random weights (INT2, qkv bias), 70 steps of 2: " + detail +
                                   (msg.empty() ? "" : " [threw: " + msg + "]"));
   }
 }

@@ -11,7 +11,7 @@
 #include "../mixed_cache_util.h"
 #include "oscar/core/dtype.h"
 #include "oscar/core/error.h"
-#include "oscar/cuda_engine/device_fixture.h"
+#include "device_fixture.h"
 #include "oscar/cuda_engine/device_model_loader.h"
 #include "oscar/kv/hadamard.h"
 #include "../tiny_model.h"

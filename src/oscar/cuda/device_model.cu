@@ -28,29 +28,9 @@ using detail::fail;
 // kLastRow: forward()'s row of each sequence's last token.
 enum Input { kIds, kPos, kSeqLen, kHistEnd, kDemoteFrom, kDemoteTo, kSlots, kBadId, kLastRow, kNumInputs };
 
-__device__ uint32_t mix(uint64_t x) {
-  x ^= x >> 31;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 29;
-  x *= 0x94D049BB133111EBull;
-  return uint32_t(x >> 32);
-}
-
-__global__ void fill_uniform_bf16(uint16_t* w, int64_t n, float scale, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float u = float(mix(seed * 0x9E3779B97F4A7C15ull + uint64_t(i))) * 0x1p-31f - 1.0f;
-    w[i] = __bfloat16_as_ushort(__float2bfloat16_rn(u * scale));
-  }
-}
-
 __global__ void bf16_to_f32_kernel(const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     y[i] = __uint_as_float(uint32_t(x[i]) << 16);
-}
-
-__global__ void fill_f32(float* w, int64_t n, float base, float spread, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    w[i] = base + spread * (float(mix(seed * 0x9E3779B97F4A7C15ull + uint64_t(i))) * 0x1p-31f - 1.0f);
 }
 
 // dst[b][i] = src[slots[b]][i]: the batch's page tables from the per-slot tables.
@@ -245,33 +225,6 @@ void DeviceModel::mm(const Matrix& w, const float* x, const uint16_t* x16, const
     linear_->linear_bf16(x16, w.bf16, bias, y, m, n_in, n_out, accumulate);
   else
     linear_->linear(x, w.bf16, bias, y, m, n_in, n_out, accumulate);
-}
-
-namespace {
-// Random weights made on the device: matrices uniform in ±1/sqrt(n_in), norms 1, biases
-// small; each tensor its own stream of the seed.
-class RandomWeightLoader final : public WeightLoader {
- public:
-  explicit RandomWeightLoader(uint64_t seed) : key_(seed * 1000) {}
-  void load(const WeightTarget& t, cudaStream_t stream) const override {
-    const int64_t n = t.rows * t.cols;
-    if (t.bf16) {
-      fill_uniform_bf16<<<2048, 256, 0, stream>>>(t.bf16, n, 1.0f / std::sqrt(float(t.cols)), ++key_);
-    } else {
-      const bool bias = t.kind == WeightKind::bq || t.kind == WeightKind::bk || t.kind == WeightKind::bv;
-      fill_f32<<<256, 256, 0, stream>>>(t.f32, n, bias ? 0.0f : 1.0f, bias ? 0.01f : 0.0f, ++key_);
-    }
-    check_launch("DeviceModel::random " + t.name);
-  }
-
- private:
-  mutable uint64_t key_;
-};
-}  // namespace
-
-std::unique_ptr<DeviceModel> DeviceModel::random(const ModelShape& shape, const KvFormat& kv,
-                                                 const KvCacheLimits& limits, uint64_t seed) {
-  return std::make_unique<DeviceModel>(shape, kv, limits, RandomWeightLoader(seed), GemmPrecision::bf16);
 }
 
 DeviceModel::~DeviceModel() {

@@ -78,7 +78,8 @@ struct WeightTarget {
 // Fills a DeviceModel's weights, one tensor at a time in the model's order (token_embd,
 // output, output_norm, then each layer's), asynchronously on `stream` (the model
 // synchronizes once at the end). Throws std::runtime_error naming the tensor.
-// device_weight_loader.h reads them from a model file; HostModelLoader from a HostModel.
+// device_weight_loader.h reads them from a model file; HostModelLoader from a HostModel;
+// bench/cuda/random_weights.cuh makes random ones for benchmarks.
 class WeightLoader {
  public:
   virtual ~WeightLoader() = default;
@@ -109,10 +110,6 @@ class DeviceModel {
   // Uploads a HostModel (HostModelLoader).
   DeviceModel(const HostModel& m, const KvFormat& kv, const KvCacheLimits& limits,
               GemmPrecision precision = GemmPrecision::bf16);
-  // Random BF16 weights made on the device (benchmarks at real model shapes): matrices
-  // uniform in ±1/sqrt(n_in), norms 1, biases small.
-  static std::unique_ptr<DeviceModel> random(const ModelShape& shape, const KvFormat& kv,
-                                             const KvCacheLimits& limits, uint64_t seed);
   ~DeviceModel();
   DeviceModel(const DeviceModel&) = delete;
   DeviceModel& operator=(const DeviceModel&) = delete;

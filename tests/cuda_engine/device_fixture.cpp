@@ -1,4 +1,4 @@
-#include "oscar/cuda_engine/device_fixture.h"
+#include "device_fixture.h"
 
 #include <cstdio>
 #include <memory>
