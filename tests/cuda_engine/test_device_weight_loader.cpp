@@ -238,6 +238,11 @@ TEST(DeviceWeightLoader, StreamedFileGivesTheLogitsOfTheHostPath) {
         EXPECT_GT(stats.file_bytes, 0);
         const std::vector<float> want = prefill_logits(ref, tokens), got = prefill_logits(*dm, tokens);
         ASSERT_EQ(got.size(), want.size());
+        // --weights f32 --device cuda: the host's f32 matrices (R_V already folded in there)
+        // streamed and rounded on the device give the host path's weights exactly.
+        const std::unique_ptr<cuda::DeviceModel> from_f32 = load_device_model(host, limits);
+        const std::vector<float> f32_logits = prefill_logits(*from_f32, tokens);
+        ASSERT_EQ(std::memcmp(f32_logits.data(), want.data(), want.size() * 4), 0);
         if (!r) {
           ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
         } else {
