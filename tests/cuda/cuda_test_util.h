@@ -185,6 +185,7 @@ void run_device_model_tests(uint32_t seed);
 void run_attention_prologue_tests(uint32_t seed);
 void run_key_bias_tests(uint32_t seed);
 void run_sampling_tests(uint32_t seed);
+void run_gemv_tests(uint32_t seed);
 void run_cpu_fixture_tests();  // GPU vs CPU logits: fixtures from $OSCAR_CUDA_FIXTURE_DIR
 
 }  // namespace oscar_cuda_test

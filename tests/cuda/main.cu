@@ -34,6 +34,7 @@ int main() {
   run_attention_prologue_tests(seed + 6500u);
   run_key_bias_tests(seed + 6600u);
   run_sampling_tests(seed + 6700u);
+  run_gemv_tests(seed + 6800u);
   run_device_model_tests(seed + 7000u);
   run_cpu_fixture_tests();
   std::printf("%d passed, %d failed\n", g_passed, g_failed);

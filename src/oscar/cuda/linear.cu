@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "oscar/cuda/gemv.h"
 #include "oscar/cuda/host_checks.h"
 
 namespace oscar::cuda {
@@ -81,6 +82,9 @@ void Linear::linear(const float* x, const uint16_t* w, const float* bias, float*
 void Linear::linear_bf16(const uint16_t* x, const uint16_t* w, const float* bias, float* y, int64_t m, int n_in,
                          int n_out, bool accumulate) {
   if (m <= 0) return;
+  // A decode step's few rows: a read of W at the memory's pace (gemv.h).
+  if (gemv_supported(m, n_in) && detail::aligned16(x) && detail::aligned16(w))
+    return gemv_bf16(x, w, bias, y, m, n_in, n_out, accumulate, stream_);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   // Row-major W [n_out, n_in] is column-major Wᵀ: y (col-major [n_out, m]) = op(W)·xᵀ.
   check_cublas(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n_out, int(m), n_in, &alpha, w, CUDA_R_16BF, n_in, x,
