@@ -259,19 +259,21 @@ void DeviceModel::allocate_weights() {
   for (int l = 0; l < s.n_layers; ++l) {
     const std::string p = "layer " + std::to_string(l) + " ";
     LayerPtrs d{};
-    d.wq.bf16 = mem.allocate_array<uint16_t>(qd * e, p + "wq");
-    d.wk.bf16 = mem.allocate_array<uint16_t>(kvd * e, p + "wk");
-    d.wv.bf16 = mem.allocate_array<uint16_t>(kvd * e, p + "wv");
+    // W_q, W_k, W_v back to back ([qd + 2·kvd, E]), and W_gate, W_up ([2F, E]): a one-row
+    // step reads each group as one matrix, in one product (layer()).
+    d.wq.bf16 = mem.allocate_array<uint16_t>((qd + 2 * kvd) * e, p + "wq, wk, wv");
+    d.wk.bf16 = d.wq.bf16 + qd * e;
+    d.wv.bf16 = d.wk.bf16 + kvd * e;
     d.wo.bf16 = mem.allocate_array<uint16_t>(e * qd, p + "wo");
-    d.w_gate.bf16 = mem.allocate_array<uint16_t>(ff * e, p + "w_gate");
-    d.w_up.bf16 = mem.allocate_array<uint16_t>(ff * e, p + "w_up");
+    d.w_gate.bf16 = mem.allocate_array<uint16_t>(2 * ff * e, p + "w_gate, w_up");
+    d.w_up.bf16 = d.w_gate.bf16 + ff * e;
     d.w_down.bf16 = mem.allocate_array<uint16_t>(e * ff, p + "w_down");
     d.attn_norm = mem.allocate_array<float>(e, p + "attn_norm");
     d.ffn_norm = mem.allocate_array<float>(e, p + "ffn_norm");
     if (s.qkv_bias) {
-      d.bq = mem.allocate_array<float>(qd, p + "bq");
-      d.bk = mem.allocate_array<float>(kvd, p + "bk");
-      d.bv = mem.allocate_array<float>(kvd, p + "bv");
+      d.bq = mem.allocate_array<float>(qd + 2 * kvd, p + "bq, bk, bv");
+      d.bk = d.bq + qd;
+      d.bv = d.bk + kvd;
     }
     if (s.qk_norm) {
       d.q_norm = mem.allocate_array<float>(hd, p + "q_norm");
@@ -325,6 +327,8 @@ void DeviceModel::allocate_activations() {
   demote_from_ = in(kDemoteFrom), demote_to_ = in(kDemoteTo), slots_ = in(kSlots), bad_id_ = in(kBadId);
   last_row_ = in(kLastRow);
   x_last_ = mem.allocate_array<float>(size_t(logits_rows_) * size_t(s.n_embd), "activations");
+  qkv1_ = mem.allocate_array<float>(qd + 2 * kvd, "activations");
+  gate_up1_ = mem.allocate_array<float>(2 * size_t(s.n_ff), "activations");
   fp_blocks_ = mem.allocate_array<int32_t>(b * size_t(cache_->fp_stride()), "batch page tables");
   hist_blocks_ = mem.allocate_array<int32_t>(b * size_t(cache_->hist_stride()), "batch page tables");
   // A layer's pools never move, so its demotion record is made once.
@@ -665,13 +669,23 @@ void DeviceModel::layer(int l, const Plan& p) {
   // BF16 copies of the matrix inputs come out of the kernel before (rmsnorm, swiglu), and
   // the residual adds ride on the products' epilogue (y += x·Wᵀ).
   rmsnorm(x_, w.attn_norm, h_, batch, s.n_embd, s.rms_eps, stream_, h16_);
-  mm(w.wq, h_, h16_, w.bq, q_, batch, s.n_embd, qd);
-  mm(w.wk, h_, h16_, w.bk, k_, batch, s.n_embd, kvd);
-  mm(w.wv, h_, h16_, w.bv, v_, batch, s.n_embd, kvd);
+  // One row: q, k and v from one product over the stacked W_q, W_k, W_v (a row's outputs are
+  // then contiguous); more rows: three products into their own buffers.
+  const bool one_row = batch == 1 && precision_ == GemmPrecision::bf16;
+  float *q_in = q_, *k_in = k_, *v_in = v_;
+  if (one_row) {
+    const Matrix wqkv{w.wq.bf16, nullptr};
+    mm(wqkv, h_, h16_, w.bq, qkv1_, 1, s.n_embd, qd + 2 * kvd);
+    q_in = qkv1_, k_in = qkv1_ + qd, v_in = qkv1_ + qd + kvd;
+  } else {
+    mm(w.wq, h_, h16_, w.bq, q_, batch, s.n_embd, qd);
+    mm(w.wk, h_, h16_, w.bk, k_, batch, s.n_embd, kvd);
+    mm(w.wv, h_, h16_, w.bv, v_, batch, s.n_embd, kvd);
+  }
   // q/k norm, RoPE, R_K (q and k), R_V (v) and the K/V rows into their fp pages: one launch.
   AttentionPrologueParams pp;
   pp.batch = batch, pp.n_heads = s.n_heads, pp.n_kv_heads = s.n_kv_heads, pp.head_dim = d;
-  pp.pos = pos_, pp.q = q_, pp.k = k_, pp.v = v_;
+  pp.pos = pos_, pp.q = q_in, pp.k = k_in, pp.v = v_in;
   pp.q_norm = s.qk_norm ? w.q_norm : nullptr, pp.k_norm = s.qk_norm ? w.k_norm : nullptr, pp.eps = s.rms_eps;
   pp.inv_freq = inv_freq_, pp.position_scale = s.rope_position_scale, pp.interleaved = s.rope_interleaved;
   pp.rot_k = w.rot_k, pp.rot_v = w.rot_v, pp.k_shift = w.k_shift, pp.q_out = q_rot_;
@@ -743,9 +757,15 @@ void DeviceModel::layer(int l, const Plan& p) {
   mm(w.wo, att, nullptr, nullptr, x_, batch, qd, s.n_embd, /*accumulate=*/true);
 
   rmsnorm(x_, w.ffn_norm, h_, batch, s.n_embd, s.rms_eps, stream_, h16_);
-  mm(w.w_gate, h_, h16_, nullptr, gate_, batch, s.n_embd, s.n_ff);
-  mm(w.w_up, h_, h16_, nullptr, up_, batch, s.n_embd, s.n_ff);
-  swiglu(gate_, up_, int64_t(batch) * s.n_ff, stream_, gate16_);
+  if (one_row) {  // gate and up from one product over the stacked W_gate, W_up
+    const Matrix wgu{w.w_gate.bf16, nullptr};
+    mm(wgu, h_, h16_, nullptr, gate_up1_, 1, s.n_embd, 2 * s.n_ff);
+    swiglu(gate_up1_, gate_up1_ + s.n_ff, s.n_ff, stream_, gate16_);
+  } else {
+    mm(w.w_gate, h_, h16_, nullptr, gate_, batch, s.n_embd, s.n_ff);
+    mm(w.w_up, h_, h16_, nullptr, up_, batch, s.n_embd, s.n_ff);
+    swiglu(gate_, up_, int64_t(batch) * s.n_ff, stream_, gate16_);
+  }
   mm(w.w_down, gate_, gate16_, nullptr, x_, batch, s.n_ff, s.n_embd, /*accumulate=*/true);
 }
 

@@ -261,6 +261,8 @@ class DeviceModel {
   // Activations for max_rows_ rows.
   float *x_, *h_, *q_, *q_rot_, *k_, *v_, *att_, *att_rot_, *gate_, *up_, *logits_;
   float* x_last_ = nullptr;  // [logits_rows_, n_embd] the rows whose logits forward() gives
+  float* qkv1_ = nullptr;      // [qd + 2·kvd] a one-row step's q, k, v (one product)
+  float* gate_up1_ = nullptr;  // [2·n_ff] a one-row step's gate and up (one product)
   uint16_t *h16_, *gate16_;  // BF16 copies of h_ and the SwiGLU output (matrix inputs)
   int32_t* next_ids_ = nullptr;
   double* uniforms_ = nullptr;  // [max_rows_] for sample()
