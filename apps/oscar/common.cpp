@@ -77,13 +77,6 @@ void write_json_file(const std::string& path, const nlohmann::json& j) {
   out << j.dump(2) << "\n";
 }
 
-std::string format_bytes(int64_t bytes) {
-  if (bytes >= (1LL << 30)) return fmt::format("{:.2f} GiB", double(bytes) / (1LL << 30));
-  if (bytes >= (1LL << 20)) return fmt::format("{:.2f} MiB", double(bytes) / (1LL << 20));
-  if (bytes >= (1LL << 10)) return fmt::format("{:.2f} KiB", double(bytes) / (1LL << 10));
-  return fmt::format("{} B", bytes);
-}
-
 void print_kv_memory(const engine::Runner& runner, SeqId seq, const std::string& kv_name) {
   const KvShape s = runner.kv_shape();
   const int64_t n = runner.length(seq);

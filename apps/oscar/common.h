@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "oscar/backends/open_runner.h"
+#include "oscar/core/format_bytes.h"
 #include "oscar/core/read_file.h"
 #include "oscar/engine/cpu_runner.h"
 #include "oscar/engine/generate.h"
@@ -46,7 +47,6 @@ using oscar::read_text_file;  // core/read_file.h
 // Writes j indented, with a final newline; throws oscar::Error "cannot write '<path>'".
 void write_json_file(const std::string& path, const nlohmann::json& j);
 
-std::string format_bytes(int64_t bytes);
 // The KV memory line `run` and `chat` end with: bytes, bits per element, and against BF16.
 void print_kv_memory(const engine::Runner& runner, SeqId seq, const std::string& kv_name);
 

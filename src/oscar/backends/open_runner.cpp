@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "oscar/core/error.h"
+#include "oscar/core/format_bytes.h"
 #include "oscar/engine/cpu_runner.h"
 #include "oscar/engine/kv_budget.h"
 #if OSCAR_WITH_CUDA
@@ -16,13 +17,6 @@
 namespace oscar::engine {
 
 namespace {
-
-std::string bytes_text(int64_t b) {
-  if (b >= (1LL << 30)) return fmt::format("{:.2f} GiB", double(b) / (1LL << 30));
-  if (b >= (1LL << 20)) return fmt::format("{:.2f} MiB", double(b) / (1LL << 20));
-  if (b >= (1LL << 10)) return fmt::format("{:.2f} KiB", double(b) / (1LL << 10));
-  return fmt::format("{} B", b);
-}
 
 OpenedRunner open_cpu(Transformer& model, const RunnerPlan& p) {
   OpenedRunner o;
@@ -39,7 +33,7 @@ OpenedRunner open_cpu(Transformer& model, const RunnerPlan& p) {
       "KV bytes per token: sink/recent (fp) {:.1f}, history {:.1f}; pages: {} fp ({} B each), {} history ({} B each)\n"
       "KV cache: {} for up to {} sequences of {} tokens; sequences that fit at once: {} at {} tokens, {} at {} tokens",
       double(plan.fp_page_bytes) / double(block), double(plan.history_page_bytes) / double(block), plan.pages.fp,
-      plan.fp_page_bytes, plan.pages.history, plan.history_page_bytes, bytes_text(plan.bytes), p.max_seqs, p.ctx,
+      plan.fp_page_bytes, plan.pages.history, plan.history_page_bytes, format_bytes(plan.bytes), p.max_seqs, p.ctx,
       o.seqs_at_ctx, p.ctx, sequences_that_fit(model, plan, quarter), quarter);
   o.runner = std::make_unique<CpuRunner>(model, model.make_cache(plan.pages));
   return o;
@@ -54,7 +48,7 @@ OpenedRunner open_cuda(Transformer& model, const RunnerPlan& p) {
       "KV bytes per token on the GPU: fp {:.1f}, history {:.1f}; pages: {} fp ({} B each), {} history ({} B each); "
       "{} for up to {} sequences of {} tokens, {} fit at once",
       double(plan.fp_page_bytes) / double(plan.fp_page_tokens), double(plan.hist_page_bytes) / double(plan.hist_page_tokens),
-      plan.fp_pages, plan.fp_page_bytes, plan.hist_pages, plan.hist_page_bytes, bytes_text(plan.bytes), p.max_seqs, p.ctx,
+      plan.fp_pages, plan.fp_page_bytes, plan.hist_pages, plan.hist_page_bytes, format_bytes(plan.bytes), p.max_seqs, p.ctx,
       plan.seqs_at_ctx);
   o.runner = std::make_unique<DeviceRunner>(model, plan, p.max_seqs, p.ctx);
   return o;
