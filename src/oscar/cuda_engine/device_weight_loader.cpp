@@ -15,6 +15,7 @@
 #include "oscar/core/thread_pool.h"
 #include "oscar/cuda/weight_convert.h"
 #include "oscar/cuda_engine/device_model_loader.h"
+#include "oscar/model/rotation_absorb.h"
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22  // Linux 5.14; older kernels answer EINVAL and we fault pages in as we copy
@@ -186,17 +187,11 @@ void FileWeightLoader::load(const cuda::WeightTarget& t, cudaStream_t stream) co
     if (int64_t(v->size()) != t.rows * t.cols)
       fail("--device cuda: {} has {} values, the device model {}", t.name, v->size(), t.rows * t.cols);
     std::vector<float> rotated;
-    const bool rotate_bias = t.kind == WeightKind::bv && size_t(t.layer) < rot_v_.size() && !rot_v_[size_t(t.layer)].empty();
-    if (rotate_bias) {  // b_v' = Rᵀ b_v per KV head, in double as absorb_v_rotation
+    if (t.kind == WeightKind::bv && size_t(t.layer) < rot_v_.size() && !rot_v_[size_t(t.layer)].empty()) {
+      rotated = *v;  // b_v' = Rᵀ b_v per KV head, as absorb_v_rotation folds it
       const int d = c.head_dim;
-      const std::vector<float>& r = rot_v_[size_t(t.layer)];
-      rotated.resize(v->size());
-      for (size_t h = 0; h < v->size() / size_t(d); ++h)
-        for (int i = 0; i < d; ++i) {
-          double acc = 0.0;
-          for (int j = 0; j < d; ++j) acc += double(r[size_t(j * d + i)]) * double((*v)[h * size_t(d) + size_t(j)]);
-          rotated[h * size_t(d) + size_t(i)] = float(acc);
-        }
+      for (size_t h = 0; h < rotated.size() / size_t(d); ++h)
+        rotate_value_column(rot_v_[size_t(t.layer)], d, rotated.data() + h * size_t(d), 1);
       v = &rotated;
     }
     // Pageable memory: the copy has left the host vector when this returns.

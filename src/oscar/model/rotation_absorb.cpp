@@ -6,6 +6,18 @@
 
 namespace oscar {
 
+void rotate_value_column(const std::vector<float>& r, int d, float* base, int64_t stride) {
+  OSCAR_CHECK(d > 0 && d <= 512 && r.size() == size_t(d) * size_t(d), "rotate_value_column: d {} with {} values of R", d,
+              r.size());
+  double tmp[512];
+  for (int i = 0; i < d; ++i) {
+    double acc = 0.0;
+    for (int j = 0; j < d; ++j) acc += double(r[size_t(j * d + i)]) * base[j * stride];
+    tmp[i] = acc;
+  }
+  for (int i = 0; i < d; ++i) base[i * stride] = float(tmp[i]);
+}
+
 void absorb_v_rotation(ModelWeights& w, const RotationSet& rs) {
   const ModelConfig& c = w.config;
   const int d = c.head_dim, E = c.n_embd, group = c.n_heads / c.n_kv_heads;
@@ -20,18 +32,10 @@ void absorb_v_rotation(ModelWeights& w, const RotationSet& rs) {
     if (R.empty()) continue;
     LayerWeights& lw = w.layers[size_t(l)];
     // v'_h = Rᵀ v_h: each column e of head h's block of W_v (and its bias) is multiplied by Rᵀ.
-    auto rotate_column = [&](float* base, int64_t stride) {
-      for (int i = 0; i < d; ++i) {
-        double acc = 0.0;
-        for (int j = 0; j < d; ++j) acc += double(R[size_t(j * d + i)]) * base[j * stride];
-        tmp[size_t(i)] = acc;
-      }
-      for (int i = 0; i < d; ++i) base[i * stride] = float(tmp[size_t(i)]);
-    };
     for (int h = 0; h < c.n_kv_heads; ++h) {
       float* block = lw.wv.mutable_f32() + int64_t(h) * d * E;
-      for (int e = 0; e < E; ++e) rotate_column(block + e, E);
-      if (!lw.bv.empty()) rotate_column(lw.bv.data() + int64_t(h) * d, 1);
+      for (int e = 0; e < E; ++e) rotate_value_column(R, d, block + e, E);
+      if (!lw.bv.empty()) rotate_value_column(R, d, lw.bv.data() + int64_t(h) * d, 1);
     }
     // o = o'·Rᵀ, so W_o's columns of each query head are multiplied on the right by R.
     const int64_t cols = int64_t(c.n_heads) * d;
