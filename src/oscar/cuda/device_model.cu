@@ -368,6 +368,14 @@ void DeviceModel::check_tokens(const std::vector<int32_t>& tokens, const char* w
       fail(what, "token id " + std::to_string(t) + " outside [0, " + std::to_string(shape_.n_vocab) + ")");
 }
 
+void DeviceModel::check_slots(const std::vector<int>& slots, const char* what) const {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (!cache_->active(slots[i])) fail(what, "sequence slot " + std::to_string(slots[i]) + " is not active");
+    for (size_t j = 0; j < i; ++j)
+      if (slots[j] == slots[i]) fail(what, "sequence slot " + std::to_string(slots[i]) + " appears twice");
+  }
+}
+
 int64_t DeviceModel::stage_rows(const std::vector<int>& slots, const std::vector<int32_t>& tokens,
                                 const std::vector<int64_t>& positions) {
   const size_t b = size_t(max_rows_);
@@ -434,11 +442,7 @@ void DeviceModel::step(const std::vector<int>& slots, const std::vector<int32_t>
   if (batch > max_seqs_) fail(what, std::to_string(batch) + " sequences, more than max_seqs " + std::to_string(max_seqs_));
   if (tokens.size() != slots.size()) fail(what, "one token per sequence slot is needed");
   check_tokens(tokens, what);
-  for (int i = 0; i < batch; ++i) {
-    if (!cache_->active(slots[size_t(i)])) fail(what, "sequence slot " + std::to_string(slots[size_t(i)]) + " is not active");
-    for (int j = 0; j < i; ++j)
-      if (slots[size_t(j)] == slots[size_t(i)]) fail(what, "sequence slot " + std::to_string(slots[size_t(i)]) + " appears twice");
-  }
+  check_slots(slots, what);
   // The previous step's input copy must have left the pinned staging before it is rewritten.
   check_cuda(cudaStreamSynchronize(stream_), what);
   // Throws when full, before anything runs; pages reserved for the slots before stay with
@@ -449,12 +453,11 @@ void DeviceModel::step(const std::vector<int>& slots, const std::vector<int32_t>
   Plan plan;
   plan.rows = plan.n_decode = batch;
   plan.bound = key_bound(stage_rows(slots, tokens, positions));
-  const int64_t bound = plan.bound;
-  ensure_workspace(batch, bound);
+  prepare_attention(plan);
   if (!use_graph) {
     run_plan(plan, 0);
   } else {
-    const auto key = std::make_pair(batch, bound);
+    const auto key = std::make_pair(batch, plan.bound);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       run_plan(plan, 0);  // first use runs directly (one-time setup stays out of the graph)
@@ -569,11 +572,7 @@ void DeviceModel::forward(const std::vector<int>& slots, const std::vector<int32
   if (n_seqs > logits_rows_)
     fail(what, std::to_string(n_seqs) + " sequences, more than the logits buffer's " + std::to_string(logits_rows_));
   check_tokens(tokens, what);
-  for (int i = 0; i < n_seqs; ++i) {
-    if (!cache_->active(slots[size_t(i)])) fail(what, "sequence slot " + std::to_string(slots[size_t(i)]) + " is not active");
-    for (int j = 0; j < i; ++j)
-      if (slots[size_t(j)] == slots[size_t(i)]) fail(what, "sequence slot " + std::to_string(slots[size_t(i)]) + " appears twice");
-  }
+  check_slots(slots, what);
   check_cuda(cudaStreamSynchronize(stream_), what);  // the pinned inputs are free again
   // Rows: the one-token sequences first (the decode kernel takes rows [0, n_decode)), then
   // each longer one's tokens in order.

@@ -176,6 +176,8 @@ class DeviceModel {
   void make_f32_copies();
   void allocate_activations();
   void check_tokens(const std::vector<int32_t>& tokens, const char* what) const;
+  // Every slot active and none twice; std::runtime_error naming `what` and the slot.
+  void check_slots(const std::vector<int>& slots, const char* what) const;
   // Fills and uploads the per-row inputs (row i: token at positions[i] of slots[i]);
   // returns the longest sequence after the rows.
   int64_t stage_rows(const std::vector<int>& slots, const std::vector<int32_t>& tokens,
