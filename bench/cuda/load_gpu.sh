@@ -15,27 +15,11 @@
 # once before the first server (cat > /dev/null), so the figures are "from the page cache".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-[[ -d .device/lib ]] || tar -C .device -xzf .device/lib.tar.gz || exit 1
-[[ -x .device/oscar ]] || { gunzip -k .device/oscar.gz && chmod +x .device/oscar; } || exit 1
-export LD_LIBRARY_PATH="$PWD/.device/lib:${LD_LIBRARY_PATH:-}"
-bin="$PWD/.device/oscar"
-out="${OUT:-/tmp}"
-mkdir -p "$out"
+source bench/cuda/device_env.sh  # $bin, $out, wait_ready
 rows="$out/load_gpu_rows.jsonl"
 : > "$rows"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 df -h /tmp | tail -1
-
-wait_ready() {  # log, pid → port
-  local log="$1" pid="$2"
-  for _ in $(seq 1 2400); do
-    if ! kill -0 "$pid" 2>/dev/null; then echo "server exited:" >&2; tail -20 "$log" >&2; return 1; fi
-    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$' || true)
-    if [[ -n "$port" ]]; then echo "$port"; return 0; fi
-    sleep 0.25
-  done
-  echo "server not ready after 600 s" >&2; return 1
-}
 
 peak_rss_kb() {  # pid → "VmHWM RssAnon" in kB, the largest seen until it exits (polled): the
   # peak counts the mapped model file's pages (page cache, reclaimable), RssAnon what is the process's own

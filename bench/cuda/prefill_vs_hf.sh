@@ -8,11 +8,7 @@
 # to $OUT/prefill_vs_hf.json with device, date, commit and command. LENGTHS (8192,32768).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-[[ -d .device/lib ]] || tar -C .device -xzf .device/lib.tar.gz || exit 1
-[[ -x .device/oscar ]] || { gunzip -k .device/oscar.gz && chmod +x .device/oscar; } || exit 1
-export LD_LIBRARY_PATH="$PWD/.device/lib:${LD_LIBRARY_PATH:-}"
-bin="$PWD/.device/oscar"
-out="${OUT:-/tmp}"; mkdir -p "$out"
+source bench/cuda/device_env.sh  # $bin, $out, wait_ready
 lengths="${LENGTHS:-8192,32768}"
 rows="$out/prefill_rows.jsonl"; : > "$rows"
 model=/tmp/oscar-qwen3-8b-bf16.gguf

@@ -17,13 +17,7 @@
 # enough to outlast the prefills, the rows also give decode at full batch (full_batch_*).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-# The bundle travels compressed (scripts/device_bundle.sh).
-[[ -d .device/lib ]] || tar -C .device -xzf .device/lib.tar.gz || exit 1
-[[ -x .device/oscar ]] || { gunzip -k .device/oscar.gz && chmod +x .device/oscar; } || exit 1
-export LD_LIBRARY_PATH="$PWD/.device/lib:${LD_LIBRARY_PATH:-}"
-bin="$PWD/.device/oscar"
-out="${OUT:-/tmp}"
-mkdir -p "$out"
+source bench/cuda/device_env.sh  # $bin, $out, wait_ready
 model=/tmp/oscar-qwen3-8b.gguf
 rot=/tmp/oscar-qwen3-8b-rot
 kv_mem="${KV_MEM_MIB:-40960}"
@@ -34,17 +28,6 @@ py=python3
 python3 -c "import openai, httpx" 2>/dev/null ||
   python3 -m pip install -q --no-index --find-links .device/wheels openai==3.57.0 httpx==0.28.1 || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-
-wait_ready() {  # log file → port, or fail after 600 s
-  local log="$1" pid="$2"
-  for _ in $(seq 1 1200); do
-    if ! kill -0 "$pid" 2>/dev/null; then echo "server exited:" >&2; tail -20 "$log" >&2; return 1; fi
-    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$' || true)
-    if [[ -n "$port" ]]; then echo "$port"; return 0; fi
-    sleep 0.5
-  done
-  echo "server not ready after 600 s" >&2; tail -20 "$log" >&2; return 1
-}
 
 for phase in "$@"; do
   case "$phase" in
