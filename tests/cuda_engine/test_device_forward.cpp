@@ -12,25 +12,14 @@
 #include <cstdio>
 #include <map>
 
-#include "../tiny_model.h"
+#include "gpu_test_util.h"
 #include "oscar/cuda_engine/device_runner.h"
 #include "oscar/eval/perplexity.h"
 
 namespace oscar {
 namespace {
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-Transformer tiny(const std::string& kv) {
-  Transformer t(test::tiny_model(true, 41, /*n_layers=*/2, /*head_dim=*/64));
-  KvSpec s = test::tiny_kv_spec(kv, 16, 32);
-  s.k_bias_split = false;
-  t.configure_kv(s);
-  return t;
-}
+Transformer tiny(const std::string& kv) { return test::tiny_device_model(kv, 41); }
 
 std::vector<int32_t> prompt(uint64_t seed, size_t n) {
   std::vector<int32_t> p(n);
@@ -135,7 +124,7 @@ void expect_same(const std::vector<Trace>& got, const std::vector<Trace>& want) 
 class DeviceForward : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DeviceForward, MixedBatchGivesEachSequenceItsAloneResult) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
   Transformer t = tiny(GetParam());
   const int64_t ctx = 512;
   // Awkward lengths: 37 ends inside the first chunk, 90 one past a page, 200 reaches history.
@@ -150,7 +139,7 @@ TEST_P(DeviceForward, MixedBatchGivesEachSequenceItsAloneResult) {
 }
 
 TEST_P(DeviceForward, BatchLargerThanTheDeviceRowsIsSplit) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
   Transformer t = tiny(GetParam());
   const int64_t ctx = 2048;
   // A 1100-token chunk (more than the 1024 rows of one forward) beside decoding sequences.
@@ -171,7 +160,7 @@ TEST_P(DeviceForward, BatchLargerThanTheDeviceRowsIsSplit) {
 // H200: rows rel L2 0.47, top-1 0.50, though the perplexity is within 2.2 %), which would
 // hide a misplaced row.
 TEST_P(DeviceForward, PerplexityThroughTheRunnerMatchesTheCpu) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
   Transformer t = tiny(GetParam() == "bf16" ? "bf16" : "int8");
   std::vector<int32_t> tokens = prompt(8, 2300);
   PerplexityOptions opt;

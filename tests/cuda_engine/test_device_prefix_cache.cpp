@@ -12,26 +12,14 @@
 #include <cmath>
 #include <cstdio>
 
-#include "../tiny_model.h"
+#include "gpu_test_util.h"
 #include "oscar/core/dtype.h"
 #include "oscar/cuda_engine/device_runner.h"
 
 namespace oscar {
 namespace {
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-Transformer tiny(const std::string& kv) {
-  ModelWeights w = test::tiny_model(true, 33, /*n_layers=*/2, /*head_dim=*/64);
-  Transformer t(std::move(w));
-  KvSpec s = test::tiny_kv_spec(kv, 16, 32);
-  s.k_bias_split = false;
-  t.configure_kv(s);
-  return t;
-}
+Transformer tiny(const std::string& kv) { return test::tiny_device_model(kv, 33); }
 
 std::vector<int32_t> prompt(uint64_t seed, size_t n) {
   std::vector<int32_t> p(n);
@@ -75,7 +63,7 @@ std::vector<int32_t> decode(DeviceRunner& r, SeqId seq, int32_t id, int n) {
 class DevicePrefixCache : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DevicePrefixCache, HitGivesTheMissLogitsAndTokens) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
   Transformer t = tiny(GetParam());
   const int64_t ctx = 512;
   DeviceRunner r(t, plan_device_kv(t, 0, 4, ctx), 4, ctx);
@@ -128,7 +116,7 @@ TEST_P(DevicePrefixCache, HitGivesTheMissLogitsAndTokens) {
 }
 
 TEST_P(DevicePrefixCache, CachedPagesCountAsFreeAndAreEvicted) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
   Transformer t = tiny(GetParam());
   const int64_t ctx = 512;
   DeviceRunner r(t, plan_device_kv(t, 0, 2, ctx), 2, ctx);

@@ -17,6 +17,7 @@
 
 #include "../mixed_cache_util.h"
 #include "../tiny_model.h"
+#include "gpu_test_util.h"
 #include "oscar/core/dtype.h"
 #include "oscar/core/error.h"
 #include "oscar/cuda/weight_convert.h"
@@ -32,13 +33,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
 #define SKIP_WITHOUT_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no GPU"
+  if (!test::have_gpu()) GTEST_SKIP() << "no GPU"
 
 template <class T>
 struct DeviceBuffer {
