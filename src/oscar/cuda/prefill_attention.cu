@@ -25,6 +25,7 @@
 #include "oscar/cuda/device_primitives.cuh"
 #include "oscar/cuda/host_checks.h"
 #include "oscar/cuda/key_bias.cuh"
+#include "oscar/cuda/prefill_attention_sm90.h"
 
 namespace oscar::cuda {
 namespace {
@@ -433,7 +434,7 @@ void check_params(const PrefillAttentionParams& p) {
 }
 
 template <int kDim, int kBits, bool kBias>
-void launch(const PrefillAttentionParams& p, cudaStream_t stream) {
+void launch(const PrefillAttentionParams& p, cudaStream_t stream, bool sm90) {
   const size_t smem = Tiles<kDim>::bytes(kBits) + (kBias ? Tiles<kDim>::kBiasBytes : 0);
   constexpr auto kernel = prefill_attention_kernel<kDim, kBits, kBias>;
   // Above 48 KB a kernel must opt in (once per instantiation).
@@ -449,6 +450,7 @@ void launch(const PrefillAttentionParams& p, cudaStream_t stream) {
       detail::check_launch("prefill_attention (history dequantization)");
     }
   }
+  if (sm90) return detail::prefill_attention_sm90(p, stream);
   const int tokens_per_cta = kRows / (p.n_heads / p.n_kv_heads);
   const dim3 grid(unsigned((p.n_tokens + tokens_per_cta - 1) / tokens_per_cta), unsigned(p.n_kv_heads));
   kernel<<<grid, kThreads, smem, stream>>>(p, p.key_bias);
@@ -456,12 +458,12 @@ void launch(const PrefillAttentionParams& p, cudaStream_t stream) {
 }
 
 template <int kDim, bool kBias>
-void launch_bits(const PrefillAttentionParams& p, cudaStream_t stream) {
+void launch_bits(const PrefillAttentionParams& p, cudaStream_t stream, bool sm90) {
   switch (p.bits) {
-    case 0: return launch<kDim, 0, kBias>(p, stream);
-    case 2: return launch<kDim, 2, kBias>(p, stream);
-    case 4: return launch<kDim, 4, kBias>(p, stream);
-    default: return launch<kDim, 8, kBias>(p, stream);
+    case 0: return launch<kDim, 0, kBias>(p, stream, sm90);
+    case 2: return launch<kDim, 2, kBias>(p, stream, sm90);
+    case 4: return launch<kDim, 4, kBias>(p, stream, sm90);
+    default: return launch<kDim, 8, kBias>(p, stream, sm90);
   }
 }
 
@@ -471,12 +473,14 @@ size_t prefill_attention_scratch_bytes(const PrefillAttentionParams& p) {
   return scratch_rows(p) * size_t(std::max(p.n_kv_heads, 0)) * size_t(std::max(p.head_dim, 0)) * 2 * sizeof(uint16_t);
 }
 
-void prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
+void prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream, PrefillKernel kernel) {
   check_params(p);
   if (p.n_tokens == 0) return;
+  const bool sm90 = kernel == PrefillKernel::fastest && detail::prefill_attention_sm90_applies(p);
   // The key bias is a template flag, so that kernels without it stay as they were.
-  if (p.key_bias.coef) return p.head_dim == 64 ? launch_bits<64, true>(p, stream) : launch_bits<128, true>(p, stream);
-  return p.head_dim == 64 ? launch_bits<64, false>(p, stream) : launch_bits<128, false>(p, stream);
+  if (p.key_bias.coef)
+    return p.head_dim == 64 ? launch_bits<64, true>(p, stream, false) : launch_bits<128, true>(p, stream, false);
+  return p.head_dim == 64 ? launch_bits<64, false>(p, stream, sm90) : launch_bits<128, false>(p, stream, sm90);
 }
 
 }  // namespace oscar::cuda

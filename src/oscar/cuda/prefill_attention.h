@@ -69,8 +69,14 @@ struct PrefillAttentionParams : PrefillAttentionInputs {
 // Bytes of the scratch: 2 · n_kv_heads · max(max_hist_end − S, 0) · d BF16 (0 when bits = 0).
 size_t prefill_attention_scratch_bytes(const PrefillAttentionParams& p);
 
+// Which kernel runs a launch. fastest: the Hopper one (wgmma, prefill_attention_sm90.cu) where
+// it applies (d = 128 without the key bias on an sm_90 device), else the mma.sync one;
+// portable: always the mma.sync one, which the tests hold the Hopper kernel beside.
+enum class PrefillKernel { fastest, portable };
+
 // Checks the parameters and launches on `stream`. Throws std::runtime_error naming the
 // invalid field or the failed CUDA call.
-void prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream = nullptr);
+void prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream = nullptr,
+                       PrefillKernel kernel = PrefillKernel::fastest);
 
 }  // namespace oscar::cuda
