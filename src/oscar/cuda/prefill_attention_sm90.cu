@@ -1,13 +1,14 @@
 // Prefill attention on Hopper's warpgroup MMA (design: docs/cuda.md, "Prefill attention").
 //
 // Same inputs and results as the mma.sync kernel in prefill_attention.cu, for d = 128.
-// A CTA of two warpgroups takes one KV head and 128 query rows (a row is a (token, query
-// head of the GQA group) pair, token-major); each warpgroup owns 64 rows. Keys come in tiles
-// of 128, staged by cp.async into 128-byte-swizzled shared memory, two buffers each for K and
-// V. S = Q·Kᵀ is one m64n128k16 wgmma chain with Q and K from shared memory; P·V takes P from
-// registers (the accumulator's layout is the A fragment's) and V MN-major. The product of the
-// next tile's scores is issued together with this tile's P·V, so the next softmax runs on the
-// CUDA cores while the tensor cores add P·V.
+// A CTA takes one KV head and 128 query rows (a row is a (token, query head of the GQA
+// group) pair, token-major). Its first warpgroup copies key tiles of 128 into 128-byte-
+// swizzled shared memory (cp.async, two buffers each for K and V, handed over on mbarriers);
+// the other two each own 64 rows and compute. S = Q·Kᵀ is one m64n128k16 wgmma chain with Q
+// and K from shared memory; P·V takes P from registers (the accumulator's layout is the A
+// fragment's) and V MN-major. A warpgroup issues the next tile's scores together with this
+// tile's P·V, and the two take turns to issue (named barriers), so that one's softmax runs
+// on the CUDA cores while the tensor cores work through the other's products.
 //
 // The INT2/4/8 history is read from the BF16 scratch prefill_attention dequantized it into.
 // A key tile is read from one source per key when every row of the CTA agrees which form a
@@ -36,8 +37,13 @@ namespace oscar::cuda::detail {
 namespace prefill_sm90 {
 
 constexpr int kDim = 128;
-constexpr int kThreads = 256;  // two warpgroups
-constexpr int kRows = 128;     // query rows per CTA, 64 per warpgroup
+constexpr int kLoaders = 128;                  // warpgroup 0 copies the key tiles
+constexpr int kMath = 256;                     // warpgroups 1 and 2 compute
+constexpr int kThreads = kLoaders + kMath;
+constexpr int kRows = 128;                     // query rows per CTA, 64 per computing warpgroup
+// Registers per thread after the split (setmaxnreg); the CTA starts with 168 × 384.
+constexpr int kLoaderRegs = 56, kMathRegs = 224;
+static_assert(kLoaderRegs * kLoaders + kMathRegs * kMath <= 168 * kThreads, "register split exceeds the CTA's");
 constexpr int kKeys = 128;     // keys per tile
 constexpr int kTileBytes = kKeys * kDim * 2;  // [2 halves of 64 dims][128 rows][128 B], swizzled
 constexpr int kHalfBytes = kTileBytes / 2;
@@ -89,16 +95,16 @@ __device__ __forceinline__ void virtual_tile(const Plan& b, int v, int& j0, int&
 // on a released page, becomes zeros (stale rows may hold NaN, and 0·NaN is NaN).
 template <int kBits>
 __device__ __forceinline__ void load_tile(const PrefillAttentionInputs& p, const Plan& b, int v, int kvh,
-                                          int scratch_rows, bool value, uint32_t dst) {
+                                          int scratch_rows, bool value, uint32_t dst, int loader) {
   int j0, kind;
   virtual_tile(b, v, j0, kind);
   const uint16_t* fp = value ? p.fp_v : p.fp_k;
   const uint16_t* hist = p.scratch + (value ? size_t(p.n_kv_heads) * scratch_rows * kDim : 0);
-  const int sink = p.sink, ch = threadIdx.x % kChunks, key0 = threadIdx.x / kChunks;
-  // This thread copies chunk ch of keys key0 + 16k, k < 8 (one per fp page); their rows share
-  // key0's swizzle, 16 rows (2048 bytes) apart.
-  constexpr int kPerThread = kKeys * kChunks / kThreads, kKeyStep = kThreads / kChunks;
-  static_assert(kKeyStep == kPage, "a thread's keys are one per fp page");
+  const int sink = p.sink, ch = loader % kChunks, key0 = loader / kChunks;
+  // This loader copies chunk ch of keys key0 + 8k, k < 16 (two per fp page); their rows share
+  // key0's swizzle, 8 rows (1024 bytes) apart.
+  constexpr int kPerThread = kKeys * kChunks / kLoaders, kKeyStep = kLoaders / kChunks;
+  static_assert(kPage % kKeyStep == 0 && kKeyStep % 8 == 0, "a loader's keys share a swizzle, whole per page");
   const uint32_t dst0 = dst + swizzled(key0, ch);
   // The common tiles, with one source for all their keys: history rows (consecutive in the
   // scratch), or BF16 rows of pages that every key of the tile is wanted from.
@@ -115,10 +121,14 @@ __device__ __forceinline__ void load_tile(const PrefillAttentionInputs& p, const
     const uint16_t* src = fp + (size_t(kvh) * kPage + key0) * kDim + ch * 8;
     const int32_t* pages = p.fp_blocks + j0 / kPage;
     const size_t page_elems = size_t(p.n_kv_heads) * kPage * kDim;
+    constexpr int kPerPage = kPage / kKeyStep;
 #pragma unroll
-    for (int k = 0; k < kPerThread; ++k) {
-      const int page = __ldg(pages + k);
-      cp_async16_s(dst0 + k * kKeyStep * 128, page >= 0 ? src + size_t(page) * page_elems : fp, page >= 0);
+    for (int k = 0; k < kPerThread; k += kPerPage) {
+      const int page = __ldg(pages + k / kPerPage);
+      const uint16_t* row = page >= 0 ? src + size_t(page) * page_elems : fp;
+#pragma unroll
+      for (int e = 0; e < kPerPage; ++e)
+        cp_async16_s(dst0 + (k + e) * kKeyStep * 128, row + e * kKeyStep * kDim, page >= 0);
     }
     return;
   }
@@ -160,17 +170,44 @@ __device__ __forceinline__ void issue_pv(const uint32_t (&pa)[32], uint64_t v_de
   }
 }
 
+__device__ __forceinline__ void mbar_init_s(uint32_t bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_s(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// An arrival on bar once all of this thread's earlier cp.async copies have landed.
+__device__ __forceinline__ void mbar_arrive_on_copies(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait_s(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+}
+// Named barriers 1 and 2 (0 is __syncthreads) order the two computing warpgroups' turns.
+__device__ __forceinline__ void turn_wait(int id) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kMath) : "memory"); }
+__device__ __forceinline__ void turn_pass(int id) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kMath) : "memory"); }
+
 template <int kBits>
 __global__ void __launch_bounds__(kThreads, 1) prefill_attention_sm90_kernel(const PrefillAttentionInputs p) {
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)  // (the host pass parses the body)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ Plan s_plan;
+  // Per buffer: K landed / K free again / V landed / V free again.
+  __shared__ __align__(8) uint64_t s_bars[4][2];
   const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023u) & ~1023u;
   const uint32_t q_s = base;
   const auto k_s = [base](int buf) { return base + uint32_t(1 + buf) * kTileBytes; };  // buf 0, 1
   const auto v_s = [base](int buf) { return base + uint32_t(3 + buf) * kTileBytes; };
+  const auto bar = [&](int which, int buf) { return smem_addr(&s_bars[which][buf]); };
+  enum { kFullK = 0, kFreeK = 1, kFullV = 2, kFreeV = 3 };
 
-  const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32, g = lane / 4, c = lane % 4;
+  const int tid = threadIdx.x, wg = tid / 128;
   const int gqa = p.n_heads / p.n_kv_heads, tokens_per_cta = kRows / gqa;
   // Later tokens have more keys: hand them out first.
   const int tok0 = (gridDim.x - 1 - blockIdx.x) * tokens_per_cta, kvh = blockIdx.y;
@@ -192,6 +229,11 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_attention_sm90_kernel(con
     if (kBits != 0 && b.h_lo < b.h_hi) b.d_lo = b.h_lo / kKeys, b.d_hi = (b.h_hi + kKeys - 1) / kKeys;
     b.n_virtual = n_tiles + (b.d_hi - b.d_lo);
     s_plan = b;
+    for (int buf = 0; buf < 2; ++buf) {
+      mbar_init_s(bar(kFullK, buf), kLoaders), mbar_init_s(bar(kFullV, buf), kLoaders);
+      mbar_init_s(bar(kFreeK, buf), kMath / 32), mbar_init_s(bar(kFreeV, buf), kMath / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
 
   // Q rows to shared memory as BF16, scaled so that softmax runs in base 2.
@@ -209,38 +251,61 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_attention_sm90_kernel(con
                  "r"(packed.y), "r"(packed.z), "r"(packed.w)
                  : "memory");
   }
+  fence_proxy_async_smem();
   __syncthreads();
   const Plan b = s_plan;
+  const int nv = b.n_virtual;
 
+  if (wg == 0) {
+    // The loaders: tile v's K into buffer v % 2 once tile v − 2's scores are done with it,
+    // its V once tile v − 2's P·V is (a fresh barrier passes the wait of parity 1).
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kLoaderRegs));
+    for (int v = 0; v < nv; ++v) {
+      const int buf = v % 2;
+      const uint32_t parity = ((v / 2) & 1) ^ 1;
+      mbar_wait_s(bar(kFreeK, buf), parity);
+      load_tile<kBits>(p, b, v, kvh, scratch_rows, false, k_s(buf), tid);
+      mbar_arrive_on_copies(bar(kFullK, buf));
+      mbar_wait_s(bar(kFreeV, buf), parity);
+      load_tile<kBits>(p, b, v, kvh, scratch_rows, true, v_s(buf), tid);
+      mbar_arrive_on_copies(bar(kFullV, buf));
+    }
+    cp_async_wait<0>();
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kMathRegs));
+
+  const int mwg = wg - 1, mtid = tid - kLoaders, lane = tid % 32, g = lane / 4, c = lane % 4;
   // This thread's two rows (g and g + 8 of its warp's 16): key count and history end.
   int row_len[2], row_hist[2];
   float* row_out[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int row = wg * 64 + (tid / 32 % 4) * 16 + g + 8 * r, tok = row / gqa;
+    const int row = mtid / 32 * 16 + g + 8 * r, tok = row / gqa;
     const bool valid = tok < n_tok;
     row_len[r] = valid ? p.seq_len[tok0 + tok] : 0;
     row_hist[r] = valid && kBits != 0 ? max(sink, min(p.hist_end[tok0 + tok], row_len[r])) : sink;
     row_out[r] = valid ? p.out + (size_t(tok0 + tok) * p.n_heads + kvh * gqa + row % gqa) * kDim : nullptr;
   }
 
-  const int nv = b.n_virtual;
-  if (nv > 0) {
-    load_tile<kBits>(p, b, 0, kvh, scratch_rows, false, k_s(0));
-    load_tile<kBits>(p, b, 0, kvh, scratch_rows, true, v_s(0));
-  }
-  if (nv > 1) load_tile<kBits>(p, b, 1, kvh, scratch_rows, false, k_s(1));
-  cp_async_commit();
-  cp_async_wait<0>();
-  fence_proxy_async_smem();
-  __syncthreads();
-
   // Descriptors: Q (this warpgroup's rows) and K K-major, V MN-major (the two halves of d
   // LBO apart); buffer 1 is one tile (kTileBytes >> 4 in the start field) past buffer 0.
-  const uint64_t q_desc = wgmma_desc_sw128(q_s + wg * 64 * 128, 16, 1024);
+  const uint64_t q_desc = wgmma_desc_sw128(q_s + mwg * 64 * 128, 16, 1024);
   const uint64_t k_desc0 = wgmma_desc_sw128(k_s(0), 16, 1024), v_desc0 = wgmma_desc_sw128(v_s(0), kHalfBytes, 1024);
   const auto k_desc = [k_desc0](int buf) { return k_desc0 + uint64_t(buf) * (kTileBytes >> 4); };
   const auto v_desc = [v_desc0](int buf) { return v_desc0 + uint64_t(buf) * (kTileBytes >> 4); };
+  // Each warp hands a buffer back once its own products have read it.
+  const auto release = [&](int which, int buf) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive_s(bar(which, buf));
+  };
+  // Turns: warpgroup 1 issues first; each passes the turn after issuing. The other's last
+  // pass would have no taker and is skipped.
+  const int my_turn = 1 + mwg, other_turn = 2 - mwg;
+  const auto pass_turn = [&](bool last) {
+    if (!(last && mwg == 1)) turn_pass(other_turn);
+  };
+
   float s[64], o[64];
   uint32_t pa[32];
 #pragma unroll
@@ -295,44 +360,59 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_attention_sm90_kernel(con
   };
 
   if (nv > 0) {
+    if (mwg == 1) turn_pass(1);  // warpgroup 1 (mwg 0) goes first
+    // Turn 0: tile 0's scores.
+    mbar_wait_s(bar(kFullK, 0), 0);
+    fence_proxy_async_smem();
+    turn_wait(my_turn);
     wgmma_fence();
     issue_scores(q_desc, k_desc(0), s);
     wgmma_commit();
+    pass_turn(false);
     wgmma_wait<0>();
     wgmma_fence_operand(s);
+    release(kFreeK, 0);
     float scale[2];
     softmax(0, scale);
     pack_p();
   }
-  // Tiles 0 … nv − 2: this tile's P·V beside the next tile's scores and softmax.
+  // Turns 1 … nv − 1: tile v's P·V beside tile v + 1's scores, then that softmax.
   for (int v = 0; v + 1 < nv; ++v) {
+    const int nb = (v + 1) % 2, cb = v % 2;
+    mbar_wait_s(bar(kFullK, nb), ((v + 1) / 2) & 1);
+    mbar_wait_s(bar(kFullV, cb), (v / 2) & 1);
+    fence_proxy_async_smem();
+    turn_wait(my_turn);
     wgmma_fence();
-    issue_scores(q_desc, k_desc((v + 1) % 2), s);
+    wgmma_fence_operand(s);
+    wgmma_fence_operand(o);
+    issue_scores(q_desc, k_desc(nb), s);
     wgmma_commit();
-    issue_pv(pa, v_desc(v % 2), o);
+    issue_pv(pa, v_desc(cb), o);
     wgmma_commit();
-    // While the tensor cores run: K of tile v + 2 into the buffer tile v's scores read, V of
-    // tile v + 1 into the one tile v − 1's P·V read (both finished before the last barrier).
-    if (v + 2 < nv) load_tile<kBits>(p, b, v + 2, kvh, scratch_rows, false, k_s(v % 2));
-    load_tile<kBits>(p, b, v + 1, kvh, scratch_rows, true, v_s((v + 1) % 2));
-    cp_async_commit();
+    pass_turn(false);
     wgmma_wait<1>();  // the scores; P·V still runs
     wgmma_fence_operand(s);
+    release(kFreeK, nb);
     float scale[2];
     softmax(v + 1, scale);
     wgmma_wait<0>();
     wgmma_fence_operand(o);
+    release(kFreeV, cb);
 #pragma unroll
     for (int i = 0; i < 64; ++i) o[i] *= scale[(i / 2) & 1];
     pack_p();
-    cp_async_wait<0>();
-    fence_proxy_async_smem();
-    __syncthreads();
   }
-  if (nv > 0) {  // the last tile's P·V
+  if (nv > 0) {  // turn nv: the last tile's P·V
+    const int cb = (nv - 1) % 2;
+    mbar_wait_s(bar(kFullV, cb), ((nv - 1) / 2) & 1);
+    fence_proxy_async_smem();
+    turn_wait(my_turn);
     wgmma_fence();
-    issue_pv(pa, v_desc((nv - 1) % 2), o);
+    wgmma_fence_operand(o);
+    issue_pv(pa, v_desc(cb), o);
     wgmma_commit();
+    pass_turn(true);
     wgmma_wait<0>();
     wgmma_fence_operand(o);
   }
