@@ -21,8 +21,8 @@ struct BenchOptions {
   int n_gen = 32;
   int reps = 1;
   // Prompt tokens per forward pass; −1: 512 on the CPU (as `oscar run` and llama.cpp's
-  // ubatch: a 16K prompt in one pass held 2.4 GB of activations), the whole prompt on the GPU
-  // (its prefill launches split it themselves).
+  // ubatch: a 16K prompt in one pass held 2.4 GB of activations), on the GPU its runner's
+  // default rows per forward (kDefaultForwardRows), which it splits a prompt into itself.
   int batch = -1;
   std::string json_out;
 };
@@ -35,7 +35,8 @@ int bench(const BenchOptions& o) {
   for (int p : o.prompts) longest = std::max(longest, p);
   // One sequence at a time through the engine's Runner and its one generation loop, with
   // the decoded tokens forced (random ids, like llama-bench's tg test).
-  const std::unique_ptr<engine::Runner> runner = make_runner(m, o.model.device, 1, int64_t(longest) + o.n_gen + 2);
+  const std::unique_ptr<engine::Runner> runner = make_runner(m, o.model.device, 1, int64_t(longest) + o.n_gen + 2,
+                                                                    o.model.device == "cuda" ? o.batch : 0);
   const std::string where = o.model.device == "cuda" ? "cuda" : std::to_string(num_threads());
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> tok(0, c.n_vocab - 1);
@@ -79,7 +80,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-n,--n-gen", o->n_gen, "tokens to decode after each prefill")->check(CLI::Range(0, 1 << 16));
   cmd->add_option("-r,--repetitions", o->reps, "repetitions (best is reported)")->check(CLI::Range(1, 100));
   cmd->add_option("-b,--batch-size", o->batch,
-                  "prompt tokens per forward pass (default 512 on the CPU, the whole prompt on the GPU; 0: whole)")
+                  "prompt tokens per forward pass (default 512 on the CPU, 4096 on the GPU; 0: the whole prompt on the CPU)")
       ->check(CLI::Range(-1, 1 << 24));
   cmd->add_option("--json", o->json_out, "also write the rows as JSON to this file");
   cmd->add_option("--device", o->model.device, "where the model runs: cpu, or cuda (the GPU backend)")

@@ -87,9 +87,10 @@ void print_kv_memory(const engine::Runner& runner, SeqId seq, const std::string&
              kv_name, n, format_bytes(used), bits, format_bytes(bf16_bytes), used ? double(bf16_bytes) / double(used) : 1.0);
 }
 
-std::unique_ptr<engine::Runner> make_runner(LoadedModel& m, const std::string& device, int max_seqs, int64_t capacity) {
+std::unique_ptr<engine::Runner> make_runner(LoadedModel& m, const std::string& device, int max_seqs, int64_t capacity,
+                                            int64_t forward_rows) {
   engine::RunnerPlan plan;
-  plan.device = device, plan.max_seqs = max_seqs, plan.ctx = capacity;
+  plan.device = device, plan.max_seqs = max_seqs, plan.ctx = capacity, plan.forward_rows = forward_rows;
   engine::OpenedRunner r = engine::open_runner(*m.transformer, plan);
   if (device != "cpu") fmt::print(stderr, "device: {}\n", r.runner->describe());
   return std::move(r.runner);

@@ -56,7 +56,9 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // The Runner run, ppl, niah and bench drive (engine::open_runner): room for max_seqs
 // sequences of up to `capacity` tokens on `device`; on a GPU its description goes to stderr.
-std::unique_ptr<engine::Runner> make_runner(LoadedModel& m, const std::string& device, int max_seqs, int64_t capacity);
+// forward_rows: most token rows in one forward on the GPU (≤ 0: the backend's default).
+std::unique_ptr<engine::Runner> make_runner(LoadedModel& m, const std::string& device, int max_seqs, int64_t capacity,
+                                            int64_t forward_rows = 0);
 using engine::check_device;
 
 }  // namespace oscar::cli

@@ -147,7 +147,7 @@ TEST_P(DeviceForward, BatchLargerThanTheDeviceRowsIsSplit) {
   DeviceRunner solo(t, plan_device_kv(t, 0, 1, ctx), 1, ctx);
   std::vector<Trace> want;
   for (const auto& p : prompts) want.push_back(alone(solo, p, 1100));
-  DeviceRunner r(t, plan_device_kv(t, 0, 3, ctx), 3, ctx);
+  DeviceRunner r(t, plan_device_kv(t, 0, 3, ctx, 1024), 3, ctx);
   int mixed = 0;
   expect_same(together(r, prompts, 1100, &mixed), want);
 }
@@ -170,7 +170,7 @@ TEST_P(DeviceForward, PerplexityThroughTheRunnerMatchesTheCpu) {
     return [&rows](std::span<const float> l, int32_t) { rows.emplace_back(l.begin(), l.end()); };
   };
   const PerplexityResult cpu = perplexity(t, tokens, opt, {}, keep(cpu_rows));
-  DeviceRunner r(t, plan_device_kv(t, 0, 1, opt.n_ctx), 1, opt.n_ctx);
+  DeviceRunner r(t, plan_device_kv(t, 0, 1, opt.n_ctx, 1024), 1, opt.n_ctx);
   const PerplexityResult gpu = perplexity(r, tokens, opt, {}, keep(gpu_rows));
   EXPECT_EQ(gpu.n_chunks, 2);
   EXPECT_EQ(gpu.n_scored, cpu.n_scored);
@@ -190,7 +190,7 @@ TEST_P(DeviceForward, PerplexityThroughTheRunnerMatchesTheCpu) {
   EXPECT_LE(rel, 5e-2);
   EXPECT_GE(top1, 0.9);
   EXPECT_GT(gpu.kv_bits_per_element, 0.0);
-  EXPECT_EQ(r.free_pages().fp, plan_device_kv(t, 0, 1, opt.n_ctx).fp_pages);  // every chunk's pages came back
+  EXPECT_EQ(r.free_pages().fp, plan_device_kv(t, 0, 1, opt.n_ctx, 1024).fp_pages);  // every chunk's pages came back
 }
 
 INSTANTIATE_TEST_SUITE_P(Kv, DeviceForward, ::testing::Values("int2", "bf16"));

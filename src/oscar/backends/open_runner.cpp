@@ -41,7 +41,8 @@ OpenedRunner open_cpu(Transformer& model, const RunnerPlan& p) {
 
 #if OSCAR_WITH_CUDA
 OpenedRunner open_cuda(Transformer& model, const RunnerPlan& p) {
-  const DeviceKvPlan plan = plan_device_kv(model, p.budgeted ? p.kv_budget_bytes : 0, p.max_seqs, p.ctx);
+  const DeviceKvPlan plan = plan_device_kv(model, p.budgeted ? p.kv_budget_bytes : 0, p.max_seqs, p.ctx,
+                                           p.budgeted ? std::max(p.step_tokens, p.forward_rows) : p.forward_rows);
   OpenedRunner o;
   o.seqs_at_ctx = plan.seqs_at_ctx;
   o.plan = fmt::format(

@@ -22,6 +22,9 @@ struct RunnerPlan {
   bool budgeted = false;
   int64_t kv_budget_bytes = 0;
   int64_t step_tokens = 512;
+  // Most token rows in one forward on the GPU (its activation buffers; a longer prompt or
+  // step goes in pieces); ≤ 0: the backend's default.
+  int64_t forward_rows = 0;
 };
 
 struct OpenedRunner {

@@ -40,37 +40,44 @@ __device__ RopePair rope_pair(int e, int d, bool interleaved) {
   return {i, interleaved ? 2 * i : i, interleaved ? 2 * i + 1 : i + half, interleaved ? e % 2 == 0 : e < half};
 }
 
-// RoPE of the CTA's row, staged in `row`: this thread's element of its pair.
-__device__ float rope_value(float x, float* row, int d, double angle_pos, const double* inv_freq, bool interleaved) {
+// RoPE of the CTA's row, staged in `row`: this thread's element of its pair, whose cos and
+// sin (of the token's position) the caller computed once for all the CTA's heads.
+__device__ float rope_value(float x, float* row, const RopePair& p, float cs, float sn) {
   row[threadIdx.x] = x;
   __syncthreads();
-  const RopePair p = rope_pair(threadIdx.x, d, interleaved);
-  double s, c;
-  sincos(angle_pos * inv_freq[p.i], &s, &c);
-  const float cs = float(c), sn = float(s), x0 = row[p.a], x1 = row[p.b];
+  const float x0 = row[p.a], x1 = row[p.b];
   __syncthreads();  // row is reused
   return p.first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
 }
 
-// Element e of row·R (R row-major [kD, kD]), the row staged in shared memory. Unrolled
-// whole, with kChains independent sums, so that the column's loads of R go out together:
-// a loop unrolled 16 at a time with one sum waited on L2 once per 16 rows, and the
-// rotation made the prologue 2.3x slower (5.3 -> 12.4 us a layer at the Qwen3-8B shape,
-// ncu, H100).
-template <int kD>
-__device__ float rotate_value(float x, float* row, const float* R) {
+// Element e of row_h·R for the CTA's kH rows at once (R row-major [kD, kD]), staged in
+// shared memory [i][h]: each load of R serves kH rows. Unrolled whole, with kChains
+// independent sums per row, so that the column's loads of R go out together: a loop
+// unrolled 16 at a time with one sum waited on L2 once per 16 rows, and the rotation made
+// the prologue 2.3x slower (5.3 -> 12.4 us a layer at the Qwen3-8B shape, ncu, H100). The
+// sums of each row are those of kH = 1, in the same order.
+template <int kD, int kH>
+__device__ void rotate_values(float (&x)[kH], float (*rows)[kH], const float* R) {
   constexpr int kChains = 8;
   const int e = threadIdx.x;
-  row[e] = x;
-  __syncthreads();
-  float acc[kChains] = {};
 #pragma unroll
-  for (int i = 0; i < kD; ++i) acc[i % kChains] = fmaf(row[i], __ldg(R + i * kD + e), acc[i % kChains]);
+  for (int h = 0; h < kH; ++h) rows[e][h] = x[h];
   __syncthreads();
-  float sum = 0.0f;
+  float acc[kH][kChains] = {};
 #pragma unroll
-  for (int c = 0; c < kChains; ++c) sum += acc[c];
-  return sum;
+  for (int i = 0; i < kD; ++i) {
+    const float r = __ldg(R + i * kD + e);
+#pragma unroll
+    for (int h = 0; h < kH; ++h) acc[h][i % kChains] = fmaf(rows[i][h], r, acc[h][i % kChains]);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < kH; ++h) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) sum += acc[h][c];
+    x[h] = sum;
+  }
 }
 
 // --k-bias-split: this thread's coefficient of q'·RoPE(b, t) = Σ_i α_i cos + β_i sin (key_bias.h),
@@ -87,41 +94,84 @@ __device__ void key_bias_coef(float x, float* row, int d, bool interleaved, cons
 
 __device__ uint16_t bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 
-// grid (n_heads + n_kv_heads, B), d = kD threads: query heads first, then KV heads (K and V).
-template <int kD>
+// grid (⌈(n_heads + n_kv_heads) / kH⌉, B), d = kD threads; a CTA takes heads [kH·x, kH·x + kH)
+// of one token, query heads first, then KV heads (K and V). kH = 1 for a decode step's few
+// rows; a prefill's many take kH heads per CTA, which share the token's RoPE angles and each
+// load of the rotations.
+template <int kD, int kH>
 __global__ void prologue_kernel(const AttentionPrologueParams p) {
   __shared__ float row[kD];
+  __shared__ float rows[kD][kH];
   __shared__ double red[kD / 32];
-  const int h = blockIdx.x, b = blockIdx.y, e = threadIdx.x, d = kD;
+  const int b = blockIdx.y, e = threadIdx.x, d = kD, h0 = blockIdx.x * kH;
+  const int n_all = p.n_heads + p.n_kv_heads;
   const int t = p.pos[b];
   const double angle_pos = double(t) * p.position_scale;
-  if (h < p.n_heads) {
-    const int64_t at = (int64_t(b) * p.n_heads + h) * d + e;
-    float x = p.q[at];
-    if (p.q_norm) x = norm_value(x, p.q_norm, d, p.eps, red);
-    x = rope_value(x, row, d, angle_pos, p.inv_freq, p.interleaved);
-    if (p.q_coef) key_bias_coef(x, row, d, p.interleaved, p.k_bias + int64_t(h / (p.n_heads / p.n_kv_heads)) * d,
-                                p.q_coef + at - e);
-    if (p.rot_k) x = rotate_value<kD>(x, row, p.rot_k);
-    p.q_out[at] = x;
-    return;
+  const RopePair pair = rope_pair(e, d, p.interleaved);
+  double sd, cd;
+  sincos(angle_pos * p.inv_freq[pair.i], &sd, &cd);
+  const float cs = float(cd), sn = float(sd);
+
+  // q (query heads) or k (KV heads) normed and rotated by RoPE; v of the KV heads.
+  float x[kH], v[kH];
+#pragma unroll
+  for (int j = 0; j < kH; ++j) {
+    const int h = h0 + j;
+    x[j] = v[j] = 0.0f;
+    if (h >= n_all) continue;  // (uniform over the CTA)
+    if (h < p.n_heads) {
+      const int64_t at = (int64_t(b) * p.n_heads + h) * d + e;
+      float q = p.q[at];
+      if (p.q_norm) q = norm_value(q, p.q_norm, d, p.eps, red);
+      q = rope_value(q, row, pair, cs, sn);
+      if (p.q_coef) key_bias_coef(q, row, d, p.interleaved, p.k_bias + int64_t(h / (p.n_heads / p.n_kv_heads)) * d,
+                                  p.q_coef + at - e);
+      x[j] = q;
+    } else {
+      const int kvh = h - p.n_heads;
+      const int64_t at = (int64_t(b) * p.n_kv_heads + kvh) * d + e;
+      float k = p.k[at];
+      v[j] = p.v[at];
+      if (p.k_norm) k = norm_value(k, p.k_norm, d, p.eps, red);
+      // RoPE is linear: RoPE(k − b_k) = RoPE(k) − RoPE(b_k, t), without the cancellation of
+      // subtracting a large rotated bias afterwards.
+      if (p.k_bias) k -= p.k_bias[kvh * d + e];
+      x[j] = rope_value(k, row, pair, cs, sn);
+    }
   }
-  const int kvh = h - p.n_heads;
-  const int64_t at = (int64_t(b) * p.n_kv_heads + kvh) * d + e;
-  float k = p.k[at], v = p.v[at];
-  if (p.k_norm) k = norm_value(k, p.k_norm, d, p.eps, red);
-  // RoPE is linear: RoPE(k − b_k) = RoPE(k) − RoPE(b_k, t), without the cancellation of
-  // subtracting a large rotated bias afterwards.
-  if (p.k_bias) k -= p.k_bias[kvh * d + e];
-  k = rope_value(k, row, d, angle_pos, p.inv_freq, p.interleaved);
-  if (p.rot_k) k = rotate_value<kD>(k, row, p.rot_k);
-  if (p.k_shift) k -= p.k_shift[kvh * d + e];
-  if (p.rot_v) v = rotate_value<kD>(v, row, p.rot_v);
-  const int page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + t / kPageTokens];
-  if (page < 0) return;  // a released page: refused on the host side of a correct caller
-  const int64_t dst = ((int64_t(page) * p.n_kv_heads + kvh) * kPageTokens + t % kPageTokens) * d + e;
-  p.fp_k[dst] = bf16_bits(k);
-  p.fp_v[dst] = bf16_bits(v);
+  if (p.rot_k) rotate_values<kD, kH>(x, rows, p.rot_k);  // queries and keys alike
+  if (p.rot_v && h0 + kH > p.n_heads) rotate_values<kD, kH>(v, rows, p.rot_v);
+#pragma unroll
+  for (int j = 0; j < kH; ++j) {
+    const int h = h0 + j;
+    if (h >= n_all) continue;
+    if (h < p.n_heads) {
+      p.q_out[(int64_t(b) * p.n_heads + h) * d + e] = x[j];
+      continue;
+    }
+    const int kvh = h - p.n_heads;
+    float k = x[j];
+    if (p.k_shift) k -= p.k_shift[kvh * d + e];
+    const int page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + t / kPageTokens];
+    if (page < 0) continue;  // a released page: refused on the host side of a correct caller
+    const int64_t dst = ((int64_t(page) * p.n_kv_heads + kvh) * kPageTokens + t % kPageTokens) * d + e;
+    p.fp_k[dst] = bf16_bits(k);
+    p.fp_v[dst] = bf16_bits(v[j]);
+  }
+}
+
+// Rows from which a launch takes kPrefillHeads heads per CTA.
+constexpr int kPrefillRows = 64, kPrefillHeads = 4;
+
+template <int kD>
+void launch(const AttentionPrologueParams& p, cudaStream_t stream) {
+  const int n_all = p.n_heads + p.n_kv_heads;
+  if (p.batch >= kPrefillRows) {
+    const dim3 grid(unsigned((n_all + kPrefillHeads - 1) / kPrefillHeads), unsigned(p.batch));
+    prologue_kernel<kD, kPrefillHeads><<<grid, kD, 0, stream>>>(p);
+  } else {
+    prologue_kernel<kD, 1><<<dim3(unsigned(n_all), unsigned(p.batch)), kD, 0, stream>>>(p);
+  }
 }
 
 }  // namespace
@@ -137,11 +187,10 @@ void attention_prologue(const AttentionPrologueParams& p, cudaStream_t stream) {
     fail(what, "a required pointer is null");
   if (!p.q_norm != !p.k_norm) fail(what, "q_norm and k_norm come together");
   if (!p.k_bias != !p.q_coef) fail(what, "k_bias and q_coef come together");
-  const dim3 grid(unsigned(p.n_heads + p.n_kv_heads), unsigned(p.batch));
   if (p.head_dim == 64)
-    prologue_kernel<64><<<grid, 64, 0, stream>>>(p);
+    launch<64>(p, stream);
   else
-    prologue_kernel<128><<<grid, 128, 0, stream>>>(p);
+    launch<128>(p, stream);
   check_launch(what);
 }
 

@@ -30,7 +30,8 @@ auto device_call(const char* what, F&& f) -> decltype(f()) {
 
 }  // namespace
 
-DeviceKvPlan plan_device_kv(const Transformer& t, int64_t budget_bytes, int max_seqs, int64_t ctx) {
+DeviceKvPlan plan_device_kv(const Transformer& t, int64_t budget_bytes, int max_seqs, int64_t ctx,
+                            int64_t forward_rows) {
   const ModelConfig& c = t.config();
   const cuda::KvPageGeometry g(c.n_layers, c.n_kv_heads, c.head_dim, device_kv_format(t));
   DeviceKvPlan p;
@@ -42,7 +43,9 @@ DeviceKvPlan plan_device_kv(const Transformer& t, int64_t budget_bytes, int max_
   for (int64_t n = 1; n <= ctx; ++n) fp_per_seq = std::max(fp_per_seq, g.fp_pages_for_length(n));
   fp_per_seq += 1;  // a step's new page comes before the released one goes
   const int64_t hist_per_seq = g.hist_pages_for_length(ctx);
-  const int64_t transient = 1024 / p.fp_page_tokens + 3;  // one prefill launch of 1024 tokens holds its pages
+  p.forward_rows = forward_rows > 0 ? forward_rows : kDefaultForwardRows;
+  if (p.forward_rows > (int64_t(1) << 20)) fail("{} rows in one forward: at most 1048576", p.forward_rows);
+  const int64_t transient = p.forward_rows / p.fp_page_tokens + 3;  // one prefill piece holds its pages
   const engine::KvBudgetSplit split = engine::split_kv_budget(
       budget_bytes, {fp_per_seq, hist_per_seq}, {p.fp_page_bytes, p.hist_page_bytes}, transient, max_seqs);
   if (split.n_seqs < 1)
@@ -70,6 +73,7 @@ DeviceRunner::DeviceRunner(const Transformer& t, const DeviceKvPlan& plan, int m
   limits.max_seq_len = ctx;
   limits.fp_pages = plan.fp_pages;
   limits.hist_pages = plan.hist_pages;
+  limits.prefill_chunk = int(plan.forward_rows > 0 ? plan.forward_rows : kDefaultForwardRows);
   dm_ = device_call("--device cuda", [&] { return load_device_model(t, limits, cuda::GemmPrecision::bf16, &load_); });
 }
 

@@ -22,12 +22,20 @@ struct DeviceKvPlan {
   int64_t fp_page_tokens = 0, hist_page_tokens = 0;
   int64_t bytes = 0;
   int64_t seqs_at_ctx = 0;  // sequences of ctx tokens that fit at once
+  int64_t forward_rows = 0;  // most token rows in one forward (the activation buffers)
 };
+
+// Rows of one forward when the plan names none: long prompts go through the matrix products
+// in pieces this long (H200, Qwen3-8B shape: 1024-row pieces prefilled 8K tokens at 0.90 of
+// the rate of 4096-row ones; bench/results/prefill_vs_hf_h200.json).
+inline constexpr int64_t kDefaultForwardRows = 4096;
 
 // Splits budget_bytes (≤ 0: room for max_seqs sequences of ctx tokens) between the fp and
 // history pools of the device cache, as engine::plan_kv_cache does for the CPU cache.
 // Throws oscar::Error when one sequence of ctx tokens does not fit.
-DeviceKvPlan plan_device_kv(const Transformer& t, int64_t budget_bytes, int max_seqs, int64_t ctx);
+// forward_rows (≤ 0: kDefaultForwardRows) also sizes the pages one prefill piece holds.
+DeviceKvPlan plan_device_kv(const Transformer& t, int64_t budget_bytes, int max_seqs, int64_t ctx,
+                            int64_t forward_rows = 0);
 
 class DeviceRunner final : public engine::Runner {
  public:
