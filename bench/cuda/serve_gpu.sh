@@ -7,14 +7,17 @@
 #   model  a Qwen3-8B-shaped GGUF with random BF16 weights (/tmp/oscar-qwen3-8b.gguf) and
 #          OSCAR rotations calibrated on it (/tmp/oscar-qwen3-8b-rot)
 #   load   bench/serve_load.py against the server at one KV budget (--kv-mem, default 40 GiB),
-#          32K-token prompts, bf16 then int2-oscar; rows to $OUT/serve_gpu_qwen3_8b.json
+#          32K-token prompts, int2-oscar then bf16, both given the same request set: as many
+#          requests as int2-oscar admits at once, all sent at once (BF16 queues the rest);
+#          rows to $OUT/serve_gpu_qwen3_8b.json, and in the issue's form to $OUT/serve_rows.json
 #   prefix int2-oscar with its prefix cache on and off: a shared document of SHARED_PREFIX_TOKENS
 #          (30000) sent once, then CONC_PREFIX (16) concurrent prompts of it plus their own tokens;
 #          rows to $OUT/serve_gpu_qwen3_8b_prefix.json
 # Environment: OUT (results folder), KV_MEM_MIB (40960), PROMPT_TOKENS (32000), MAX_TOKENS (256),
-# CONC_BF16 / CONC_INT2 (clients; default "fit": the sequences the server's KV plan says fit at
-# once), LOAD_KVS ("bf16 int2-oscar"). With every client admitted at once and MAX_TOKENS long
-# enough to outlast the prefills, the rows also give decode at full batch (full_batch_*).
+# STEP_TOKENS (4096: tokens per engine step), WORKLOAD (row label, "long-doc"), SHAPE (qwen3-8b),
+# CONC (requests, all sent at once; default "fit": what the first KV type's plan says fits at
+# once, then the same for the others), LOAD_KVS ("int2-oscar bf16"). With every request
+# admitted at once the rows also give decode at full batch (full_batch_*).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source bench/cuda/device_env.sh  # $bin, $out, wait_ready
@@ -50,25 +53,51 @@ for phase in "$@"; do
       ;;
     load)
       json="$out/serve_gpu_qwen3_8b.json"
-      for kv in ${LOAD_KVS:-bf16 int2-oscar}; do
-        extra=(); conc="${CONC_BF16:-fit}"
-        if [[ $kv == int2-oscar ]]; then extra=(--rotations "$rot"); conc="${CONC_INT2:-fit}"; fi
-        log="$out/serve_gpu_${kv}.log"
+      workload="${WORKLOAD:-long-doc}" conc="${CONC:-fit}"
+      for kv in ${LOAD_KVS:-int2-oscar bf16}; do
+        extra=()
+        [[ $kv == int2-oscar ]] && extra=(--rotations "$rot")
+        log="$out/serve_gpu_${workload}_${kv}.log"
         t0=$(date +%s)
-        "$bin" serve -m "$model" --device cuda --kv "$kv" "${extra[@]}" -c "$ctx" --max-seqs 64 --kv-mem "$kv_mem" \
-          --step-tokens 1024 --port 0 --model-name qwen3-8b-random > "$log" 2>&1 &
+        "$bin" serve -m "$model" --device cuda --kv "$kv" "${extra[@]}" -c "$ctx" --max-seqs 256 --kv-mem "$kv_mem" \
+          --step-tokens "${STEP_TOKENS:-4096}" --port 0 --model-name qwen3-8b-random > "$log" 2>&1 &
         pid=$!
         port=$(wait_ready "$log" "$pid") || { kill "$pid" 2>/dev/null; continue; }
-        echo "== $kv: ready in $(( $(date +%s) - t0 )) s on port $port"; grep -E "KV bytes|engine:" "$log"
-        [[ $conc == fit ]] && conc=$(grep -o '[0-9]* fit at once' "$log" | grep -o '^[0-9]*')
+        echo "== $workload, $kv: ready in $(( $(date +%s) - t0 )) s on port $port"; grep -E "KV bytes|engine:" "$log"
+        fit=$(grep -o '[0-9]* fit at once' "$log" | grep -o '^[0-9]*')
+        [[ $conc == fit ]] && conc=$fit  # the first KV type's count, kept for the others
+        echo "requests (all at once): $conc; this KV type fits $fit at once"
         [[ -n "$conc" && "$conc" -ge 1 ]] || { echo "no concurrency for $kv" >&2; kill "$pid"; continue; }
-        timeout 540 "$py" bench/serve_load.py --base-url "http://127.0.0.1:$port" --model qwen3-8b-random \
+        timeout 580 "$py" bench/serve_load.py --base-url "http://127.0.0.1:$port" --model qwen3-8b-random \
           --token-prompts 151000 --prompt-tokens "$prompt_tokens" --max-tokens "$max_tokens" \
-          --concurrency "$conc" --requests "$conc" --timeout 500 --server oscar --kv "$kv" \
-          --out "$json" --label "gpu-$kv" || echo "load run for $kv failed ($?)"
+          --concurrency "$conc" --requests "$conc" --timeout 560 --server oscar --kv "$kv" \
+          --out "$json" --label "gpu-$workload-$kv" || echo "load run for $kv failed ($?)"
         kill -TERM "$pid"; wait "$pid"; echo "server exit: $?"
         tail -3 "$log"
       done
+      # The issue's rows: {"bench": "serve", "shape", "workload", "kv", "clients", whole run,
+      # full batch, TTFT and ITL p50}, with the run's own fields beside them.
+      python3 - "$json" "$out/serve_rows.json" "${SHAPE:-qwen3-8b}" "$workload" "${OSCAR_COMMIT:-unknown}" <<'PY'
+import datetime, json, os, subprocess, sys
+src, dst, shape, workload, commit = sys.argv[1:]
+doc = json.load(open(src))
+rows = doc["rows"] if isinstance(doc, dict) else doc
+out = json.load(open(dst)) if os.path.exists(dst) else None
+if not out:
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    out = {"device": gpu, "date": datetime.date.today().isoformat(), "commit": commit,
+           "command": "bash bench/cuda/serve_gpu.sh model load", "rows": []}
+for r in rows:
+    if not str(r.get("label", "")).startswith(f"gpu-{workload}-"):
+        continue
+    out["rows"].append({"bench": "serve", "shape": shape, "workload": workload, "kv": r.get("kv"),
+                        "clients": r.get("concurrency"), "whole_run_tokens_per_s": r.get("output_tokens_per_s"),
+                        "full_batch_tokens_per_s": r.get("full_batch_output_tokens_per_s"),
+                        "ttft_p50": r.get("ttft_ms_p50"), "itl_p50": r.get("itl_ms_p50"), "run": r})
+json.dump(out, open(dst, "w"), indent=1)
+for r in out["rows"]:
+    print(json.dumps({k: v for k, v in r.items() if k != "run"}))
+PY
       ;;
     prefix)
       # The prefix cache under load: one long shared document (SHARED_PREFIX_TOKENS), sent once
