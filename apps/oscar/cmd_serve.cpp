@@ -27,7 +27,8 @@ struct ServeOptions {
   std::string model_name;
   int max_seqs = 8;
   double kv_mem_mib = 0;    // 0: room for max_seqs sequences of -c tokens
-  int step_tokens = 512;
+  int step_tokens = 0;      // 0: 512 on the CPU, 4096 on the GPU (prefill in 4096-row forwards)
+  double output_reserve = 1.0;
   int http_threads = 0;     // 0: 4 per sequence + 16
   double shutdown_timeout = 30;
   bool no_prefix_cache = false;
@@ -101,7 +102,8 @@ int serve(const ServeOptions& o) {
   const int64_t budget = int64_t(o.kv_mem_mib * 1024 * 1024);
   engine::RunnerPlan plan;
   plan.device = o.model.device, plan.max_seqs = o.max_seqs, plan.ctx = ctx;
-  plan.budgeted = true, plan.kv_budget_bytes = budget, plan.step_tokens = o.step_tokens;
+  const int64_t step_tokens = o.step_tokens > 0 ? o.step_tokens : o.model.device == "cuda" ? 4096 : 512;
+  plan.budgeted = true, plan.kv_budget_bytes = budget, plan.step_tokens = step_tokens;
   engine::OpenedRunner opened = engine::open_runner(*m.transformer, plan);
   fmt::print(stderr, "{}\n", opened.plan);
   const std::unique_ptr<engine::Runner> runner = std::move(opened.runner);
@@ -116,7 +118,9 @@ int serve(const ServeOptions& o) {
     }
   }
   fmt::print(stderr, "engine: {}\n", runner->describe());
-  serve::Scheduler scheduler(*runner, *m.tokenizer, serve::SchedulerConfig{o.max_seqs, o.step_tokens, ctx}, metrics);
+  serve::SchedulerConfig sched_config{o.max_seqs, step_tokens, ctx};
+  sched_config.output_reserve = o.output_reserve;
+  serve::Scheduler scheduler(*runner, *m.tokenizer, sched_config, metrics);
   scheduler.start();
   http.set_model(serve::ServedModel{&scheduler, m.tokenizer.get(), m.chat_template, m.default_system, ctx});
   fmt::print(stderr, "serve: listening on http://{}:{} (model '{}', {})\n", o.host, port, sc.model_name,
@@ -155,8 +159,14 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-seqs", o->max_seqs, "sequences in the running batch at most")->check(CLI::Range(1, 4096));
   cmd->add_option("--kv-mem", o->kv_mem_mib, "KV cache budget in MiB (default: --max-seqs sequences of -c tokens)")
       ->check(CLI::Range(0.0, 1e9));
-  cmd->add_option("--step-tokens", o->step_tokens, "tokens per engine step: decode tokens, then prefill chunks")
-      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--step-tokens", o->step_tokens,
+                  "tokens per engine step: decode tokens, then prefill chunks (0: 512 on the CPU, 4096 on the GPU)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--output-reserve", o->output_reserve,
+                  "share of each running request's remaining max_tokens whose KV pages admission holds back: 1 "
+                  "queues what would not fit to its end (no preemption), 0 admits by the prompt alone and "
+                  "preempts (recomputes) sequences that outgrow the pages")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--http-threads", o->http_threads, "HTTP worker threads (0: 4 per sequence + 16)")->check(CLI::Range(0, 4096));
   cmd->add_option("--shutdown-timeout", o->shutdown_timeout, "seconds SIGTERM waits for running requests")
       ->check(CLI::Range(0.0, 3600.0));

@@ -1,7 +1,8 @@
 // The scheduler on a CpuRunner over a tiny random model: every request finishes with its
 // tokens; concurrent greedy requests give what each gives alone (engine::generate on a
-// fresh cache); a KV budget too small for all of them at once preempts and still finishes
-// everything; cancelling frees the pages; max_tokens and the context end as "length".
+// fresh cache); a KV budget too small for all of them at once queues the rest (output
+// reserve 1) or preempts (reserve 0) and still finishes everything; cancelling frees the
+// pages; max_tokens and the context end as "length".
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -73,11 +74,20 @@ TEST_P(SchedulerTest, ConcurrentGreedyEqualsAloneAndPreemptionFinishesAll) {
   const Tokenizer tok = tiny_tokenizer();
   std::vector<std::string> want;
   for (int i = 0; i < 8; ++i) want.push_back(alone(t, tok, input(i, 20)));
-  // Ample pages, then pages for about three sequences at a time (preemption).
-  for (int64_t fp_pages : {400, 14}) {
+  // Ample pages; then pages for about three sequences at a time, with the output reserved
+  // at admission (the rest queue) and without (preemption).
+  struct Run {
+    int64_t fp_pages;
+    double reserve;
+  };
+  for (const Run run : {Run{400, 1.0}, Run{14, 1.0}, Run{14, 0.0}}) {
+    const int64_t fp_pages = run.fp_pages;
+    const bool preempts = run.reserve == 0.0 && fp_pages == 14;
     Metrics metrics;
     engine::CpuRunner r(t, t.make_cache(KvPages{fp_pages, fp_pages * 4}));
-    Scheduler sched(r, tok, SchedulerConfig{8, 32, 256}, metrics);
+    SchedulerConfig config{8, 32, 256};
+    config.output_reserve = run.reserve;
+    Scheduler sched(r, tok, config, metrics);
     sched.start();
     std::vector<std::shared_ptr<RequestState>> reqs;
     for (int i = 0; i < 8; ++i) {
@@ -93,8 +103,8 @@ TEST_P(SchedulerTest, ConcurrentGreedyEqualsAloneAndPreemptionFinishesAll) {
       generated += d.usage.completion_tokens;
       // Recomputing a preempted sequence runs its generated tokens through prefill,
       // which may round differently from decode: exact only without preemption.
-      if (fp_pages == 400) {
-        EXPECT_EQ(d.text, want[size_t(i)]) << "request " << i;
+      if (!preempts) {
+        EXPECT_EQ(d.text, want[size_t(i)]) << "request " << i << ", " << fp_pages << " pages";
       }
     }
     for (int i = 0; i < 50 && !sched.idle(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -103,11 +113,12 @@ TEST_P(SchedulerTest, ConcurrentGreedyEqualsAloneAndPreemptionFinishesAll) {
     EXPECT_NE(m.find(fmt::format("oscar_generation_tokens_total {}", generated)), std::string::npos) << m;
     const KvSegmentUsage u = r.usage();
     EXPECT_EQ(u.sink_pages + u.recent_pages + u.history_pages, 0);
-    if (fp_pages == 14) {
+    if (preempts) {
       EXPECT_EQ(m.find("oscar_preemptions_total 0\n"), std::string::npos) << "expected preemptions:\n" << m;
     } else {
       EXPECT_NE(m.find("oscar_preemptions_total 0\n"), std::string::npos) << m;
-      EXPECT_NE(m.find("oscar_requests_running_max 8\n"), std::string::npos) << m;
+      // All at once with ample pages; a few at a time, the others queued, with 14.
+      EXPECT_EQ(m.find("oscar_requests_running_max 8\n") != std::string::npos, fp_pages == 400) << m;
     }
   }
 }

@@ -161,8 +161,11 @@ bool Scheduler::schedule() {
       --budget;
     }
   // 2. Prefilling sequences, oldest first, in chunks under the budget. What they still
-  //    need to reach the end of their prompts is held back from admission below.
+  //    need to reach the end of their prompts, and what every running sequence may still
+  //    write (output_reserve), is held back from admission below.
   KvPages outstanding;
+  for (auto& a : running_)
+    add_pages(outstanding, minus(reserve_to_end(*a, 0), runner_.pages_for_length(int64_t(a->tokens.size()))));
   for (auto& a : running_) {
     if (a->pending() <= 1) continue;
     const int64_t n = largest_chunk(*a, std::min(a->pending(), std::max<int64_t>(budget, 0)), planned, free);
@@ -174,7 +177,9 @@ bool Scheduler::schedule() {
     add_pages(outstanding, minus(runner_.pages_for_length(int64_t(a->tokens.size())), runner_.pages_for_length(a->cached)));
   }
   // 3. Admission, first come first served, by the exact pages of the whole prompt (less
-  //    what the prefix cache already holds of it).
+  //    what the prefix cache already holds of it) and of the output it may reserve. With
+  //    nothing running, the prompt alone decides: a request is never kept waiting for
+  //    pages that no other request holds.
   while (!waiting_.empty() && budget > 0 && int64_t(running_.size()) < config_.max_seqs) {
     Active& a = *waiting_.front();
     a.seq = runner_.add_sequence();
@@ -182,7 +187,8 @@ bool Scheduler::schedule() {
     KvPages reserved = planned;
     add_pages(reserved, outstanding);
     const int64_t T = int64_t(a.tokens.size());
-    if (!fits(minus(runner_.pages_for_length(T + 1), runner_.pages_for_length(hit)), reserved, runner_.free_pages())) {
+    const KvPages whole = running_.empty() ? runner_.pages_for_length(T + 1) : reserve_to_end(a, T + 1);
+    if (!fits(minus(whole, runner_.pages_for_length(hit)), reserved, runner_.free_pages())) {
       runner_.free_sequence(a.seq);
       a.seq = -1;
       break;
@@ -198,6 +204,7 @@ bool Scheduler::schedule() {
     const KvPages need = runner_.append_need(a.seq, n);
     add_pages(planned, need);
     add_pages(outstanding, minus(minus(runner_.pages_for_length(T), runner_.pages_for_length(hit)), need));
+    add_pages(outstanding, minus(reserve_to_end(a, 0), runner_.pages_for_length(T)));
     parts_.push_back({&a, n});
     budget -= n;
     if (!a.prompt_counted) {
@@ -216,6 +223,17 @@ bool Scheduler::schedule() {
     batch_.add(p.a->seq, p.a->cached, std::span<const int32_t>(p.a->tokens).subspan(size_t(p.a->cached), size_t(p.n)),
                needs_logits(*p.a));
   return !parts_.empty();
+}
+
+KvPages Scheduler::reserve_to_end(const Active& a, int64_t at_least) const {
+  const double left = double(std::max<int64_t>(a.req->input.max_new_tokens - a.generated, 0));
+  const int64_t grow = int64_t(std::ceil(config_.output_reserve * left)), end = int64_t(a.tokens.size()) + grow;
+  KvPages p = runner_.pages_for_length(std::max(std::min(end, config_.ctx), at_least));
+  // A window that slides over fp pages (history behind it) holds, on its way, up to one
+  // page more than at the end (where it starts inside a page), and a step takes its new
+  // page before the old one goes.
+  if (grow > 0 && p.history > 0) p.fp += 2;
+  return p;
 }
 
 int64_t Scheduler::largest_chunk(const Active& a, int64_t n, const KvPages& planned, const KvPages& free) const {

@@ -4,9 +4,11 @@
 //   schedule: every decoding sequence takes one token; prefilling sequences take chunks of
 //             their prompts under a per-step token budget (so a long prompt does not stall
 //             the streams); waiting requests are admitted (FIFO) while the KV pages their
-//             prompts need are free and fewer than max_seqs run. When pages run out for a
-//             decode, the newest sequence is preempted: its pages are freed and it is
-//             recomputed from its prompt and tokens so far when readmitted.
+//             prompts need are free, beside what the running requests may still write
+//             (output_reserve of each one's remaining max_tokens), and fewer than max_seqs
+//             run. When pages still run out for a decode, the newest sequence is preempted:
+//             its pages are freed and it is recomputed from its prompt and tokens so far
+//             when readmitted.
 //   run:      one Runner::run over all of them.
 //   postprocess: sample, detokenize, stop strings, finish (pages freed at once).
 // A cancelled request (client gone) is dropped at the start of the next step.
@@ -33,6 +35,11 @@ struct SchedulerConfig {
   int max_seqs = 8;            // sequences in the running batch at most
   int64_t step_tokens = 512;   // tokens per step (decode tokens first, then prefill chunks)
   int64_t ctx = 4096;          // tokens per sequence (prompt + generated)
+  // The share of each admitted request's remaining max_tokens whose pages admission holds
+  // back. 1: a request is admitted only when its prompt and its whole output fit beside
+  // what the running ones may still write, so none is preempted (the rest queue); 0: by the
+  // prompt alone, and sequences that outgrow the pages are preempted and recomputed.
+  double output_reserve = 1.0;
 };
 
 class Scheduler {
@@ -78,6 +85,9 @@ class Scheduler {
   void intake();
   void reap_cancelled();
   bool schedule();  // fills batch_/parts_; false: nothing can run
+  // The pages of a at its end as admission counts it (at least at_least tokens): its tokens
+  // so far and output_reserve of those it may still generate, within the context.
+  KvPages reserve_to_end(const Active& a, int64_t at_least) const;
   int64_t largest_chunk(const Active& a, int64_t n, const KvPages& planned, const KvPages& free) const;
   void run_step();
   // Whether a's next token needs its logits row on the host (sampling, penalty, logprobs).
