@@ -1,6 +1,6 @@
 // End-to-end decode of oscar::cuda::DeviceModel at the Qwen3-8B shape (36 layers, E 4096,
 // 32 q heads, 8 KV heads, d 128, F 12288, V 151936, QK-norm, NeoX RoPE) with random BF16
-// weights, over a BF16 cache and an INT2 (OSCAR) cache filled by DeviceKvCache::synthesize:
+// weights, over a BF16 cache and an INT2 (OSCAR) cache filled by synthetic::fill_sequence (synthetic_cache.cuh):
 //   latency    B = 1 at each T of --t: median ms per step(), tokens/s = 1000 / ms;
 //   throughput at T = --tput-t under one KV memory budget: as many sequences as the budget
 //              holds for each format (at most --max-batch), median ms per batched step,
@@ -37,6 +37,7 @@
 #include "oscar/cuda/device_kv_cache.h"
 #include "oscar/cuda/device_model.h"
 #include "bench_util.cuh"
+#include "synthetic_cache.cuh"
 
 namespace {
 
@@ -249,7 +250,7 @@ Row run_config(const std::string& kind, const KvSpec& spec, int batch, int64_t s
     std::vector<int> slots(static_cast<size_t>(batch));
     for (int b = 0; b < batch; ++b) {
       slots[size_t(b)] = cache.add_sequence();
-      cache.synthesize(slots[size_t(b)], seq, o.seed * 7919 + uint64_t(b), stream);
+      synthetic::fill_sequence(cache, slots[size_t(b)], seq, o.seed * 7919 + uint64_t(b), stream);
     }
     CHECK_CUDA(cudaDeviceSynchronize());  // the fills on `stream`, the table copies on the legacy stream
     row.kv_bytes_per_seq = cache.bytes_for_length(seq);
@@ -524,7 +525,7 @@ int main(int argc, char** argv) {
                  shape.n_vocab);
     std::fprintf(f,
                  "  \"kv_note\": \"bf16: bits 0; int2-oscar (int4-, int8-oscar): bits 2 (4, 8), G %d, sink %d, recent %d, k/v clip %.2f, R_K random "
-                 "orthogonal per layer, R_V absorbed; caches filled by DeviceKvCache::synthesize\",\n",
+                 "orthogonal per layer, R_V absorbed; caches filled by synthetic::fill_sequence (synthetic_cache.cuh)\",\n",
                  kGroup, kSink, kWindow, kClip);
     std::fprintf(f,
                  "  \"timing_note\": \"step() with use_graph, median of %d steps after %d warm-up ones, cudaEvents on "

@@ -21,46 +21,6 @@ static_assert(kHistPage % kPage == 0);
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-__device__ uint32_t hash3(uint64_t seed, uint64_t a, uint64_t b) {
-  uint64_t x = seed ^ (a * 0x9E3779B97F4A7C15ull) ^ (b * 0xC2B2AE3D27D4EB4Full);
-  x ^= x >> 31;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 29;
-  x *= 0x94D049BB133111EBull;
-  return uint32_t(x >> 32);
-}
-
-// BF16 values uniform in (−1, 1) over the listed pages (elems per page each).
-__global__ void fill_fp_pages(uint16_t* pool, const int32_t* pages, int n_pages, int64_t elems, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < int64_t(n_pages) * elems;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t page = pages[i / elems];
-    const float u = float(hash3(seed, uint64_t(page), uint64_t(i % elems))) * 0x1p-31f - 1.0f;
-    const uint32_t bits = __float_as_uint(u);
-    pool[page * elems + i % elems] = uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-  }
-}
-
-// Random codes; per group fp16 scale 1/32 and zero 1.5 (values in about ±0.05).
-__global__ void fill_hist_pages(uint8_t* pool, const int32_t* pages, int n_pages, int64_t rows_per_page,
-                                int row_bytes, int code_bytes, uint64_t seed) {
-  const int64_t page_bytes = rows_per_page * row_bytes;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < int64_t(n_pages) * page_bytes;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t page = pages[i / page_bytes], within = i % page_bytes;
-    const int byte = int(within % row_bytes);
-    uint8_t v;
-    if (byte < code_bytes) {
-      v = uint8_t(hash3(seed, uint64_t(page), uint64_t(within)));
-    } else {
-      const int in_pair = (byte - code_bytes) % 4;  // fp16 scale (2 bytes), fp16 zero (2 bytes), little end first
-      const uint16_t half = in_pair < 2 ? uint16_t(0x2800) : uint16_t(0x3E00);  // 1/32, 1.5
-      v = uint8_t(in_pair % 2 == 0 ? half & 0xFF : half >> 8);
-    }
-    pool[page * page_bytes + within] = v;
-  }
-}
-
 }  // namespace
 
 bool KvFormat::any_bf16_layer() const { return std::any_of(bits.begin(), bits.end(), [](int b) { return b == 0; }); }
@@ -401,68 +361,6 @@ bool DeviceKvCache::unshare_hist(int slot, int64_t i) {
   set_entry(true, slot, i, q);
   release_page(true, page);
   return true;
-}
-
-void DeviceKvCache::synthesize(int slot, int64_t t, uint64_t seed, cudaStream_t stream) {
-  const char* what = "DeviceKvCache::synthesize";
-  check_slot(slot, what);
-  if (length_[size_t(slot)] != 0) fail(what, "sequence slot " + std::to_string(slot) + " is not empty");
-  if (t < 0 || t > limits_.max_seq_len) fail(what, "length " + std::to_string(t) + " outside [0, max_seq_len]");
-  const int64_t h = fmt_.any_history() ? history_end(t) : 0;
-  std::vector<int32_t> fp_pages, hist_pages;
-  for (int64_t i = 0; i < ceil_div(t, kPage); ++i) {
-    const bool released = !geometry_.keeps_fp() && fmt_.any_history() && i * kPage >= fmt_.sink && (i + 1) * kPage <= h;
-    if (!released) fp_pages.push_back(int32_t(i));
-  }
-  for (int64_t i = 0; i < ceil_div(std::max<int64_t>(0, h - fmt_.sink), kHistPage); ++i)
-    hist_pages.push_back(int32_t(i));
-  if (fp_pages.size() > free_fp_.size() || hist_pages.size() > free_hist_.size())
-    fail(what, "the KV cache cannot hold a sequence of " + std::to_string(t) + " tokens");
-  // Table indices → pages, then fill those pages.
-  for (auto& i : fp_pages) {
-    const int32_t p = take_page(false);
-    h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)] = p;
-    i = p;
-  }
-  for (auto& i : hist_pages) {
-    const int32_t p = take_page(true);
-    h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t(i)] = p;
-    i = p;
-  }
-  length_[size_t(slot)] = t;
-  auto upload = [&](int32_t* dst, const int32_t* src, size_t n) {
-    if (cudaMemcpy(dst, src, n * 4, cudaMemcpyHostToDevice) != cudaSuccess) fail(what, "upload failed");
-  };
-  upload(d_fp_table_ + size_t(slot) * size_t(fp_stride_), &h_fp_table_[size_t(slot) * size_t(fp_stride_)],
-         size_t(fp_stride_));
-  upload(d_hist_table_ + size_t(slot) * size_t(hist_stride_), &h_hist_table_[size_t(slot) * size_t(hist_stride_)],
-         size_t(hist_stride_));
-  int32_t* d_pages = nullptr;
-  const size_t n_list = std::max<size_t>(1, std::max(fp_pages.size(), hist_pages.size()));
-  if (cudaMalloc(&d_pages, n_list * 4) != cudaSuccess) fail(what, "cudaMalloc for the page list failed");
-  const int64_t fp_elems = int64_t(n_kv_heads_) * kPage * head_dim_;
-  for (int l = 0; l < n_layers_; ++l) {
-    if (!fp_pages.empty()) {
-      upload(d_pages, fp_pages.data(), fp_pages.size());
-      fill_fp_pages<<<1024, 256, 0, stream>>>(fp_k_[size_t(l)], d_pages, int(fp_pages.size()), fp_elems,
-                                               seed * 131 + uint64_t(l) * 2);
-      fill_fp_pages<<<1024, 256, 0, stream>>>(fp_v_[size_t(l)], d_pages, int(fp_pages.size()), fp_elems,
-                                               seed * 131 + uint64_t(l) * 2 + 1);
-      check_launch(what);
-      cudaStreamSynchronize(stream);
-    }
-    if (!hist_pages.empty() && row_bytes(l) > 0) {
-      upload(d_pages, hist_pages.data(), hist_pages.size());
-      const int rb = int(row_bytes(l)), code_bytes = head_dim_ * fmt_.bits[size_t(l)] / 8;
-      fill_hist_pages<<<1024, 256, 0, stream>>>(hist_k_[size_t(l)], d_pages, int(hist_pages.size()),
-                                                 int64_t(n_kv_heads_) * kHistPage, rb, code_bytes, seed * 7 + uint64_t(l));
-      fill_hist_pages<<<1024, 256, 0, stream>>>(hist_v_[size_t(l)], d_pages, int(hist_pages.size()),
-                                                 int64_t(n_kv_heads_) * kHistPage, rb, code_bytes, seed * 11 + uint64_t(l));
-      check_launch(what);
-      cudaStreamSynchronize(stream);
-    }
-  }
-  cudaFree(d_pages);
 }
 
 }  // namespace oscar::cuda

@@ -85,6 +85,8 @@ class DeviceKvCache {
 
   const KvFormat& format() const { return fmt_; }
   int n_layers() const { return n_layers_; }
+  int n_kv_heads() const { return n_kv_heads_; }
+  int head_dim() const { return head_dim_; }
   int max_seqs() const { return limits_.max_seqs; }
   int64_t max_seq_len() const { return limits_.max_seq_len; }
   const KvPageGeometry& geometry() const { return geometry_; }
@@ -148,10 +150,6 @@ class DeviceKvCache {
   // it; false, with nothing changed, when no page is free.
   bool unshare_hist(int slot, int64_t i);
   void clear_sequence(int slot);  // drops its tokens and pages, keeps the slot
-
-  // Benchmarks: gives the empty `slot` the pages of a sequence of length t and fills them with random
-  // BF16 rows and random history rows (codes, fp16 scale and zero in range); sets its length.
-  void synthesize(int slot, int64_t t, uint64_t seed, cudaStream_t stream);
 
   // Device views for the kernels of layer l.
   uint16_t* fp_k(int l) const { return fp_k_[size_t(l)]; }

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "oscar/calib/key_scale.h"
-#include "oscar/calib/rotation_fit.h"
+#include "oscar/rotation/key_scale.h"
+#include "oscar/rotation/rotation_fit.h"
 #include "oscar/core/error.h"
 #include "oscar/kv/history_formats.h"
 #include "oscar/model/kv_rotation.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "oscar/calib/layer_precision.h"
+#include "oscar/eval/layer_precision.h"
 #include "oscar/eval/kv_error.h"
 
 namespace oscar {

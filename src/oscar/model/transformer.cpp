@@ -181,7 +181,8 @@ std::vector<int64_t> Transformer::begin_pass(KvCache& cache, std::span<const Seq
   if (need.fp > free.fp || need.history > free.history)
     fail("KV cache full: {} new tokens need {} fp and {} history pages, {} and {} are free", n_tokens, need.fp,
          need.history, free.fp, free.history);
-  // Decode spans first so that their rows form one block for matmul_decode.
+  // Decode spans first so that their rows form one block for the decode products
+  // (qmat::linear_decode).
   std::vector<size_t> order(seqs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_partition(order.begin(), order.end(), [&](size_t i) { return seqs[i].tokens.size() == 1; });

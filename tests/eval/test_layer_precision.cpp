@@ -6,7 +6,7 @@
 #include <cmath>
 #include <random>
 
-#include "oscar/calib/layer_precision.h"
+#include "oscar/eval/layer_precision.h"
 #include "oscar/core/error.h"
 #include "oscar/kv/kv_spec.h"
 

@@ -1,4 +1,4 @@
-#include "oscar/calib/key_scale.h"
+#include "oscar/rotation/key_scale.h"
 
 #include <algorithm>
 #include <cmath>

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "../test_util.h"
-#include "oscar/calib/key_scale.h"
+#include "oscar/rotation/key_scale.h"
 #include "oscar/core/error.h"
 
 namespace oscar {

@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "oscar/calib/rotation_fit.h"
+#include "oscar/rotation/rotation_fit.h"
 
 namespace oscar {
 

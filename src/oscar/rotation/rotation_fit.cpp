@@ -1,4 +1,4 @@
-#include "oscar/calib/rotation_fit.h"
+#include "oscar/rotation/rotation_fit.h"
 
 #include <cblas.h>
 #include <fmt/ranges.h>

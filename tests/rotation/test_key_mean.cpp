@@ -5,7 +5,7 @@
 
 #include <random>
 
-#include "oscar/calib/key_mean.h"
+#include "oscar/rotation/key_mean.h"
 #include "oscar/core/error.h"
 
 namespace oscar {

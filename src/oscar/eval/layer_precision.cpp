@@ -1,4 +1,4 @@
-#include "oscar/calib/layer_precision.h"
+#include "oscar/eval/layer_precision.h"
 
 #include <fmt/format.h>
 

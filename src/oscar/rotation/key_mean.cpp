@@ -1,4 +1,4 @@
-#include "oscar/calib/key_mean.h"
+#include "oscar/rotation/key_mean.h"
 
 #include "oscar/core/error.h"
 

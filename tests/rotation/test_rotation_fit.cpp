@@ -8,7 +8,7 @@
 #include <random>
 
 #include "../test_util.h"
-#include "oscar/calib/rotation_fit.h"
+#include "oscar/rotation/rotation_fit.h"
 #include "oscar/core/error.h"
 #include "oscar/kv/hadamard.h"
 #include "oscar/kv/rotation_set.h"
