@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include <cuda_bf16.h>
+
 namespace oscar::cuda::detail {
 
 // 16-byte global → shared copy that bypasses registers (and L1); valid = false writes
@@ -11,6 +13,10 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   const unsigned s = unsigned(__cvta_generic_to_shared(smem));
   const int src_bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+// The same, to a shared-memory address (what the swizzled tiles compute).
+__device__ __forceinline__ void cp_async16_shared(uint32_t smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most kPending of this thread's committed copy groups are still in flight.
@@ -61,6 +67,12 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// Two floats as a BF16 pair, round to nearest even: lo in the low half (an mma A/B fragment's order).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
+  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 __device__ __forceinline__ float warp_max(float v) {

@@ -31,6 +31,7 @@ namespace oscar::cuda {
 namespace {
 
 using detail::cp_async16;
+using detail::pack_bf16;
 using detail::cp_async_commit;
 using detail::cp_async_wait;
 using detail::smem_addr;
@@ -56,11 +57,6 @@ struct Tiles {
   static constexpr size_t kBiasBytes = (size_t(kRows + kKeys) * kBiasStride + kDim) * sizeof(float);
   static_assert(kKeys == kKeyBiasBlock, "a key tile is one block of the key bias");
 };
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(

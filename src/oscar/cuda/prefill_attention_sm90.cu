@@ -60,15 +60,6 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
   return uint32_t((chunk >> 3) * kHalfBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
 }
 
-__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 // The CTA's key ranges (from its tokens' key counts len and clamped history ends h):
 // keys [0, len_max); rows' history ends in [h_lo, h_hi]; BF16 past the sink from fp_lo;
 // history rows in the scratch below hist_hi; tiles [d_lo, d_hi) cross [h_lo, h_hi) and are
@@ -114,7 +105,7 @@ __device__ __forceinline__ void load_tile(const PrefillAttentionInputs& p, const
   if (all_hist) {
     const uint16_t* src = hist + (size_t(kvh) * scratch_rows + size_t(j0 - sink + key0)) * kDim + ch * 8;
 #pragma unroll
-    for (int k = 0; k < kPerThread; ++k) cp_async16_s(dst0 + k * kKeyStep * 128, src + k * kKeyStep * kDim, true);
+    for (int k = 0; k < kPerThread; ++k) cp_async16_shared(dst0 + k * kKeyStep * 128, src + k * kKeyStep * kDim, true);
     return;
   }
   if (all_fp) {
@@ -128,7 +119,7 @@ __device__ __forceinline__ void load_tile(const PrefillAttentionInputs& p, const
       const uint16_t* row = page >= 0 ? src + size_t(page) * page_elems : fp;
 #pragma unroll
       for (int e = 0; e < kPerPage; ++e)
-        cp_async16_s(dst0 + (k + e) * kKeyStep * 128, row + e * kKeyStep * kDim, page >= 0);
+        cp_async16_shared(dst0 + (k + e) * kKeyStep * 128, row + e * kKeyStep * kDim, page >= 0);
     }
     return;
   }
@@ -147,7 +138,7 @@ __device__ __forceinline__ void load_tile(const PrefillAttentionInputs& p, const
       ok = page >= 0;
       if (ok) src = fp + ((size_t(page) * p.n_kv_heads + kvh) * kPage + size_t(j % kPage)) * kDim + ch * 8;
     }
-    cp_async16_s(dst0 + k * kKeyStep * 128, src, ok);
+    cp_async16_shared(dst0 + k * kKeyStep * 128, src, ok);
   }
 }
 
