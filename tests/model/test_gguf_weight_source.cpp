@@ -178,6 +178,9 @@ TEST(GgufWeightSource, BadMetadataNamesFileAndKey) {
   gguf::GgufWriter g = tiny_model("llama");
   g.set_u32("llama.attention.head_count", 0);
   expect_open_error(g, "head_count");
+  gguf::GgufWriter h = tiny_model("llama");
+  h.set_u32("llama.context_length", 0);  // accepted and run before
+  expect_open_error(h, "n_ctx_train (the trained context length) = 0");
 }
 
 TEST(GgufWeightSource, SmolLM2Config) {

@@ -31,6 +31,7 @@ void ModelConfig::validate() const {
   positive("n_kv_heads", n_kv_heads);
   positive("head_dim", head_dim);
   positive("n_vocab", n_vocab);
+  positive("n_ctx_train (the trained context length)", n_ctx_train);
   if (n_heads % n_kv_heads != 0)
     fail("model config: n_heads = {} is not a multiple of n_kv_heads = {}", n_heads, n_kv_heads);
   if (head_dim % 2 != 0) fail("model config: head_dim = {} must be even for RoPE", head_dim);
