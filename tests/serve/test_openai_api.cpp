@@ -197,6 +197,34 @@ TEST(ParseRequest, NOneAcceptedNTwoRefused) {
   }
 }
 
+// Fields the server does not implement are a 400 naming them, not silently ignored; their
+// neutral values pass.
+TEST(ParseRequest, UnimplementedFieldsAreRefusedByName) {
+  const std::vector<BadValue> refused = {
+      {"tools", R"([{"type": "function", "function": {"name": "f"}}])", "tools"},
+      {"functions", R"([{"name": "f"}])", "functions"},
+      {"tool_choice", R"("auto")", "tool_choice"},
+      {"tool_choice", R"({"type": "function", "function": {"name": "f"}})", "tool_choice"},
+      {"function_call", R"("auto")", "function_call"},
+      {"response_format", R"({"type": "json_object"})", "response_format"},
+      {"response_format", R"({"type": "json_schema", "json_schema": {"name": "x"}})", "response_format"},
+      {"response_format", R"("text")", "response_format"},
+      {"logit_bias", R"({"50256": -100})", "logit_bias"},
+  };
+  for (const BadValue& b : refused) {
+    EXPECT_EQ(error_with(Endpoint::chat, b.key, b.value), b.field) << b.key << " = " << b.value;
+    EXPECT_EQ(error_with(Endpoint::completion, b.key, b.value), b.field) << b.key << " = " << b.value;
+  }
+  EXPECT_EQ(error_with(Endpoint::completion, "suffix", R"("the end")"), "suffix");
+  const std::vector<std::pair<std::string, std::string>> neutral = {
+      {"tools", "[]"}, {"tools", "null"}, {"tool_choice", R"("none")"}, {"function_call", R"("none")"},
+      {"response_format", R"({"type": "text"})"}, {"logit_bias", "{}"}, {"suffix", R"("")"}};
+  for (const auto& [key, value] : neutral) {
+    EXPECT_EQ(error_with(Endpoint::chat, key, value), "") << key << " = " << value;
+    EXPECT_EQ(error_with(Endpoint::completion, key, value), "") << key << " = " << value;
+  }
+}
+
 TEST(ParseRequest, BooleanIsNotANumber) {
   for (const char* key : {"max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "n", "repeat_penalty",
                           "presence_penalty", "frequency_penalty", "top_logprobs"})

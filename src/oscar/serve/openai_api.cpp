@@ -218,6 +218,30 @@ void parse_single_choice(const json& body, const char* key) {
   if (n < 1) bad(key, fmt::format("'{}' = {} must be >= 1", key, n));
 }
 
+// Fields that would change what the client gets back and that the server does not
+// implement: refused by name rather than ignored (a client that asked for JSON or for a
+// tool call must be told). Their neutral values pass: null, an empty list or object, tool
+// choice "none", response format "text", an empty suffix.
+void refuse_unimplemented(const json& body, Endpoint e) {
+  const auto is_string = [](const json& v, std::string_view s) { return v.is_string() && v.get<std::string>() == s; };
+  for (const char* key : {"tools", "functions"})
+    if (const json* v = find(body, key); v && !(v->is_array() && v->empty()))
+      bad(key, fmt::format("'{}' is not supported: this server does not call tools", key));
+  for (const char* key : {"tool_choice", "function_call"})
+    if (const json* v = find(body, key); v && !is_string(*v, "none"))
+      bad(key, fmt::format("'{}' is not supported: this server does not call tools (only \"none\")", key));
+  if (const json* v = find(body, "response_format")) {
+    const json* type = v->is_object() ? find(*v, "type") : nullptr;
+    if (!(type && is_string(*type, "text")))
+      bad("response_format", "'response_format' other than {\"type\": \"text\"} is not supported (no JSON mode or schema)");
+  }
+  if (const json* v = find(body, "logit_bias"); v && !(v->is_object() && v->empty()))
+    bad("logit_bias", "'logit_bias' is not supported");
+  if (e == Endpoint::completion)
+    if (const json* v = find(body, "suffix"); v && !is_string(*v, ""))
+      bad("suffix", "'suffix' (fill in the middle) is not supported");
+}
+
 }  // namespace
 
 CompletionRequest parse_request(Endpoint e, const json& body, const RequestLimits& limits) {
@@ -237,6 +261,7 @@ CompletionRequest parse_request(Endpoint e, const json& body, const RequestLimit
   r.stop = parse_stop(body, limits);
   parse_single_choice(body, "n");
   if (e == Endpoint::completion) parse_single_choice(body, "best_of");
+  refuse_unimplemented(body, e);
 
   if (const json* v = find(body, "stream")) r.stream = get_bool(*v, "stream");
   if (const json* v = find(body, "stream_options")) {
