@@ -14,7 +14,7 @@
 #include "oscar/kv/kv_spec.h"
 #include "oscar/kv/lloyd_max.h"
 #include "oscar/kv/quant_codec.h"
-#include "oscar/kv/rotation_set.h"
+#include "oscar/rotation/rotation_set.h"
 
 namespace oscar::test {
 

@@ -16,7 +16,7 @@
 #include "oscar/calib/calibrate.h"
 #include "oscar/core/error.h"
 #include "oscar/eval/calib_sources.h"
-#include "oscar/kv/rotation_io.h"
+#include "oscar/rotation/rotation_io.h"
 #include "oscar/rotation/rotation_fit.h"
 
 namespace oscar::cli {

@@ -14,9 +14,9 @@
 #include "oscar/eval/kv_error.h"
 #include "oscar/eval/kv_search.h"
 #include "oscar/eval/kv_stats.h"
-#include "oscar/kv/hadamard.h"
+#include "oscar/rotation/hadamard.h"
 #include "oscar/formats/gguf.h"
-#include "oscar/kv/rotation_gguf.h"
+#include "oscar/rotation/rotation_gguf.h"
 
 namespace oscar::cli {
 

@@ -11,7 +11,7 @@
 #include "common.h"
 #include "oscar/core/error.h"
 #include "oscar/formats/gguf.h"
-#include "oscar/kv/rotation_gguf.h"
+#include "oscar/rotation/rotation_gguf.h"
 
 namespace oscar::cli {
 

@@ -7,7 +7,7 @@
 
 #include "calibrate_tune.h"
 #include "oscar/core/error.h"
-#include "oscar/kv/rotation_io.h"
+#include "oscar/rotation/rotation_io.h"
 
 namespace oscar::cli {
 

@@ -10,7 +10,7 @@
 #include "oscar/core/error.h"
 #include "oscar/core/thread_pool.h"
 #include "oscar/formats/gguf.h"
-#include "oscar/kv/rotation_gguf.h"
+#include "oscar/rotation/rotation_gguf.h"
 #include "oscar/model/weight_source.h"
 #include "oscar/text/tokenizer_hf.h"
 

@@ -15,7 +15,7 @@
 #include "../mixed_cache_util.h"
 #include "../test_util.h"
 #include "oscar/attention/attention.h"
-#include "oscar/kv/hadamard.h"
+#include "oscar/rotation/hadamard.h"
 #include "oscar/kv/history_formats.h"
 
 namespace oscar {

@@ -13,7 +13,7 @@
 #include "oscar/core/error.h"
 #include "device_fixture.h"
 #include "oscar/cuda_engine/device_model_loader.h"
-#include "oscar/kv/hadamard.h"
+#include "oscar/rotation/hadamard.h"
 #include "../tiny_model.h"
 
 namespace oscar {

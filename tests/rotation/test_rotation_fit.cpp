@@ -10,8 +10,8 @@
 #include "../test_util.h"
 #include "oscar/rotation/rotation_fit.h"
 #include "oscar/core/error.h"
-#include "oscar/kv/hadamard.h"
-#include "oscar/kv/rotation_set.h"
+#include "oscar/rotation/hadamard.h"
+#include "oscar/rotation/rotation_set.h"
 
 namespace oscar {
 namespace {

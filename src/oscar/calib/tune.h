@@ -14,7 +14,7 @@
 
 #include "oscar/engine/model_loader.h"
 #include "oscar/kv/kv_spec.h"
-#include "oscar/kv/rotation_set.h"
+#include "oscar/rotation/rotation_set.h"
 
 namespace oscar::calib {
 

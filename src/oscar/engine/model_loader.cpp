@@ -11,8 +11,8 @@
 #include "oscar/core/error.h"
 #include "oscar/core/thread_pool.h"
 #include "oscar/formats/gguf.h"
-#include "oscar/kv/rotation_gguf.h"
-#include "oscar/kv/rotation_io.h"
+#include "oscar/rotation/rotation_gguf.h"
+#include "oscar/rotation/rotation_io.h"
 #include "oscar/model/gguf_weight_source.h"
 #include "oscar/model/weight_source.h"
 #include "oscar/text/tokenizer_hf.h"
@@ -27,12 +27,23 @@ std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", double(bytes) 
 }  // namespace
 
 RotationSet load_rotations(const std::string& path) {
+  RotationSet rs;
   if (path.ends_with(".gguf")) {
-    auto rs = read_embedded_rotations(gguf::GgufFile::open(path));
-    if (!rs) fail("'{}' holds no OSCAR rotations (make them with `oscar rotations embed`)", path);
-    return *rs;
+    auto embedded = read_embedded_rotations(gguf::GgufFile::open(path));
+    if (!embedded) fail("'{}' holds no OSCAR rotations (make them with `oscar rotations embed`)", path);
+    rs = std::move(*embedded);
+  } else {
+    rs = read_rotation_dir(path);
   }
-  return read_rotation_dir(path);
+  // The readers check the layers of kv_layers; its KV type names are the cache's to check.
+  if (!rs.kv_layers.empty()) {
+    try {
+      parse_kv_layers(rs.kv_layers, int(rs.layers.size()));
+    } catch (const Error& e) {
+      fail("'{}': kv_layers '{}': {}", path, rs.kv_layers, e.what());
+    }
+  }
+  return rs;
 }
 
 void apply_clip_flags(const ModelOptions& o, std::vector<KvLayerType>& types) {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "oscar/kv/kv_spec.h"
-#include "oscar/kv/rotation_set.h"
+#include "oscar/rotation/rotation_set.h"
 #include "oscar/model/transformer.h"
 #include "oscar/text/chat_template.h"
 #include "oscar/text/tokenizer.h"

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "oscar/core/error.h"
-#include "oscar/kv/rotation_set.h"
+#include "oscar/rotation/rotation_set.h"
 
 namespace oscar {
 

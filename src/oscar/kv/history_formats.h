@@ -8,7 +8,7 @@
 
 #include "oscar/kv/history_format.h"
 #include "oscar/kv/kv_spec.h"
-#include "oscar/kv/rotation_set.h"
+#include "oscar/rotation/rotation_set.h"
 
 namespace oscar {
 

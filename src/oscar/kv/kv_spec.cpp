@@ -1,9 +1,9 @@
 #include "oscar/kv/kv_spec.h"
 
 #include <algorithm>
-#include <charconv>
 
 #include "oscar/core/error.h"
+#include "oscar/core/layer_list.h"
 #include "oscar/kv/window_rule.h"
 
 namespace oscar {
@@ -27,71 +27,34 @@ std::string KvLayerType::item() const {
 }
 
 namespace {
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-bool parse_layer(std::string_view s, int* out) {
-  s = trim(s);
-  if (s.empty() || s.size() > 6) return false;
-  for (char c : s)
-    if (c < '0' || c > '9') return false;
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return r.ec == std::errc() && r.ptr == s.data() + s.size();
-}
-
 constexpr const char* kLayerTypes =
     "bf16, int8, int4, int2, int2-hadamard, int2-oscar, int2-oscar-lloydmax, int2-oscar-lloydmax-exact";
 }  // namespace
 
 std::vector<KvLayerType> parse_kv_layers(std::string_view text, int n_layers) {
   std::vector<KvLayerType> out;
-  if (trim(text).empty()) fail("--kv-layers: empty list (want e.g. \"0-1:int4,27:int8\")");
-  size_t pos = 0;
-  for (int index = 1;; ++index) {
-    const size_t comma = text.find(',', pos);
-    const std::string_view item = trim(text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos));
-    if (item.empty()) fail("--kv-layers: item {} of '{}' is empty", index, text);
-    const size_t colon = item.find(':');
-    if (colon == std::string_view::npos)
-      fail("--kv-layers item '{}': expected LAYERS:TYPE (e.g. 0-1:int4 or 27:int8)", item);
-    const std::string_view range = trim(item.substr(0, colon)), type = trim(item.substr(colon + 1));
-    KvLayerType t;
-    const size_t dash = range.find('-');
-    const bool ok = dash == std::string_view::npos
-                        ? parse_layer(range, &t.first) && (t.last = t.first, true)
-                        : parse_layer(range.substr(0, dash), &t.first) && parse_layer(range.substr(dash + 1), &t.last);
-    if (!ok) fail("--kv-layers item '{}': bad layers '{}' (want N or A-B, layer numbers from 0)", item, range);
-    if (t.first > t.last) fail("--kv-layers item '{}': range {}-{} is reversed", item, t.first, t.last);
-    if (n_layers > 0 && t.last >= n_layers)
-      fail("--kv-layers item '{}': layer {} out of range (the model has {} layers, 0-{})", item, t.last, n_layers,
-           n_layers - 1);
-    if (type == "kivi2")
+  for (const LayerItem& li : parse_layer_list(text, n_layers, "--kv-layers")) {
+    const std::string& item = li.text;
+    if (li.value == "kivi2")
       fail("--kv-layers item '{}': kivi2 cannot be mixed per layer (it changes the demotion step of the whole cache)", item);
-    if (type == "f32")
+    if (li.value == "f32")
       fail("--kv-layers item '{}': f32 cannot be mixed per layer (it changes the full-precision dtype of the whole cache)",
            item);
     KvSpec s;
     try {
-      s = KvSpec::parse(type);
+      s = KvSpec::parse(li.value);
     } catch (const Error&) {
-      fail("--kv-layers item '{}': unknown KV type '{}' (valid per layer: {})", item, type, kLayerTypes);
+      fail("--kv-layers item '{}': unknown KV type '{}' (valid per layer: {})", item, li.value, kLayerTypes);
     }
-    t.type = std::string(type);
+    KvLayerType t;
+    t.first = li.first, t.last = li.last;
+    t.type = li.value;
     t.quant = s.quant;
     t.rotation = s.rotation;
     t.k_clip = s.k_clip;
     t.v_clip = s.v_clip;
     out.push_back(std::move(t));
-    if (comma == std::string_view::npos) break;
-    pos = comma + 1;
   }
-  std::stable_sort(out.begin(), out.end(), [](const KvLayerType& a, const KvLayerType& b) { return a.first < b.first; });
-  for (size_t i = 1; i < out.size(); ++i)
-    if (out[i].first <= out[i - 1].last)
-      fail("--kv-layers items '{}' and '{}' overlap (layer {})", out[i - 1].item(), out[i].item(), out[i].first);
   return out;
 }
 

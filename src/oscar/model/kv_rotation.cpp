@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "oscar/core/error.h"
-#include "oscar/kv/hadamard.h"
+#include "oscar/rotation/hadamard.h"
 
 namespace oscar {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "oscar/kv/kv_spec.h"
-#include "oscar/kv/rotation_set.h"
+#include "oscar/rotation/rotation_set.h"
 
 namespace oscar {
 

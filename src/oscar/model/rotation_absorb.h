@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "oscar/kv/rotation_set.h"
+#include "oscar/rotation/rotation_set.h"
 #include "oscar/model/model_weights.h"
 
 namespace oscar {

@@ -11,7 +11,7 @@
 
 #include "oscar/attention/key_bias.h"
 #include "oscar/kv/kv_cache.h"
-#include "oscar/kv/rotation_set.h"
+#include "oscar/rotation/rotation_set.h"
 #include "oscar/model/kv_rotation.h"
 #include "oscar/model/model_weights.h"
 #include "oscar/ops/rope.h"

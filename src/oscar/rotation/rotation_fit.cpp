@@ -9,7 +9,7 @@
 #include <numeric>
 
 #include "oscar/core/error.h"
-#include "oscar/kv/hadamard.h"
+#include "oscar/rotation/hadamard.h"
 
 namespace oscar {
 

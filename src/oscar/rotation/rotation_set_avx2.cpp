@@ -2,7 +2,7 @@
 // enough to hide FMA latency), each block streaming the matching 64 columns of every row of R.
 #include <immintrin.h>
 
-#include "oscar/kv/rotation_set.h"
+#include "oscar/rotation/rotation_set.h"
 
 namespace oscar {
 

@@ -1,12 +1,12 @@
-#include "oscar/kv/rotation_set.h"
+#include "oscar/rotation/rotation_set.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "oscar/core/error.h"
-#include "oscar/kv/hadamard.h"
-#include "oscar/kv/kv_spec.h"
+#include "oscar/rotation/hadamard.h"
+#include "oscar/core/layer_list.h"
 #include "oscar/ops/cpu_features.h"
 
 namespace oscar {
@@ -95,7 +95,7 @@ void RotationSet::validate() const {
   }
   if (!kv_layers.empty()) {
     try {
-      parse_kv_layers(kv_layers, static_cast<int>(layers.size()));
+      parse_layer_list(kv_layers, static_cast<int>(layers.size()), "kv_layers");  // the types: kv's parse_kv_layers
     } catch (const Error& e) {
       fail("rotation set: kv_layers '{}': {}", kv_layers, e.what());
     }

@@ -1,4 +1,4 @@
-#include "oscar/kv/rotation_gguf.h"
+#include "oscar/rotation/rotation_gguf.h"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
 // RotationZoo directories <-> RotationSet (see rotation_io.h).
-#include "oscar/kv/rotation_io.h"
+#include "oscar/rotation/rotation_io.h"
 
 #include <fmt/ranges.h>
 

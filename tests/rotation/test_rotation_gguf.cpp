@@ -6,8 +6,8 @@
 
 #include "oscar/formats/gguf.h"
 #include "oscar/core/error.h"
-#include "oscar/kv/hadamard.h"
-#include "oscar/kv/rotation_gguf.h"
+#include "oscar/rotation/hadamard.h"
+#include "oscar/rotation/rotation_gguf.h"
 
 namespace oscar {
 namespace {

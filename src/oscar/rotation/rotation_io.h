@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "oscar/kv/rotation_set.h"
+#include "oscar/rotation/rotation_set.h"
 
 namespace oscar {
 

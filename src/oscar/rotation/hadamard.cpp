@@ -1,4 +1,4 @@
-#include "oscar/kv/hadamard.h"
+#include "oscar/rotation/hadamard.h"
 
 #include <bit>
 #include <cmath>

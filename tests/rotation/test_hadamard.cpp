@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "oscar/core/error.h"
-#include "oscar/kv/hadamard.h"
-#include "oscar/kv/rotation_set.h"
+#include "oscar/rotation/hadamard.h"
+#include "oscar/rotation/rotation_set.h"
 #include "oscar/ops/cpu_features.h"
 #include "../test_util.h"
 

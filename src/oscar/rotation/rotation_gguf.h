@@ -9,7 +9,7 @@
 #include <string>
 
 #include "oscar/formats/gguf.h"
-#include "oscar/kv/rotation_set.h"
+#include "oscar/rotation/rotation_set.h"
 
 namespace oscar {
 

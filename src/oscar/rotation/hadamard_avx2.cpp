@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "oscar/kv/hadamard.h"
+#include "oscar/rotation/hadamard.h"
 
 namespace oscar {
 

@@ -16,7 +16,7 @@
 #include "../test_util.h"
 #include "oscar/core/error.h"
 #include "oscar/formats/torch_pt.h"
-#include "oscar/kv/rotation_io.h"
+#include "oscar/rotation/rotation_io.h"
 
 namespace oscar {
 namespace {
