@@ -35,8 +35,7 @@ int bench(const BenchOptions& o) {
   for (int p : o.prompts) longest = std::max(longest, p);
   // One sequence at a time through the engine's Runner and its one generation loop, with
   // the decoded tokens forced (random ids, like llama-bench's tg test).
-  const std::unique_ptr<engine::Runner> runner = make_runner(m, o.model.device, 1, int64_t(longest) + o.n_gen + 2,
-                                                                    o.model.device == "cuda" ? o.batch : 0);
+  const std::unique_ptr<engine::Runner> runner = make_runner(m, o.model.device, 1, int64_t(longest) + o.n_gen + 2, o.batch);
   const std::string where = o.model.device == "cuda" ? "cuda" : std::to_string(num_threads());
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> tok(0, c.n_vocab - 1);

@@ -17,7 +17,6 @@
 #include "oscar/core/error.h"
 #include "oscar/eval/calib_sources.h"
 #include "oscar/rotation/rotation_io.h"
-#include "oscar/rotation/rotation_fit.h"
 
 namespace oscar::cli {
 
@@ -71,13 +70,18 @@ std::vector<CalibSource> calibration_sources(const CalibrateOptions& o, std::str
 
 int calibrate(const CalibrateOptions& o) {
   const auto t_start = std::chrono::steady_clock::now();
-  for (const std::string* obj : {&o.k_objective, &o.v_objective}) split_objective(*obj);  // validates names
-  if (o.prompts <= 0 || o.tokens < o.prompts) fail("--tokens {} must be at least --prompts {}", o.tokens, o.prompts);
-  std::string corpus;
-  const std::vector<CalibSource> sources = calibration_sources(o, corpus);
   // Flags first: fail before the slow part. The default-on clip search only tunes OSCAR types.
   calib::CalibrationOptions co;
+  co.tokens = o.tokens, co.prompts = o.prompts;
+  co.group = o.group, co.sink = o.sink, co.recent = o.recent;
+  co.pool = o.pool, co.k_objective = o.k_objective, co.v_objective = o.v_objective;
+  co.k_clip = o.model.k_clip.value_or(0.96f);  // --k-clip / --v-clip; the published recipe by default
+  co.v_clip = o.model.v_clip.value_or(0.92f);
+  co.k_scale = o.model.k_scale;
   co.tune = o.tune;
+  calib::check_options(co);
+  std::string corpus;
+  const std::vector<CalibSource> sources = calibration_sources(o, corpus);
   if (co.tune.requested() || o.model.k_scale) tune_base_spec(o.model, o.group, o.sink, o.recent, o.group);
   else if (co.tune.any() && KvSpec::parse(tune_base_kv(o.model)).rotation != KvRotation::calibrated)
     co.tune.clip_search_default = false;
@@ -89,12 +93,6 @@ int calibrate(const CalibrateOptions& o) {
   mo.v_clip.reset();
   LoadedModel m = load_model(mo);
   const ModelConfig& c = m.transformer->config();
-  co.tokens = o.tokens, co.prompts = o.prompts;
-  co.group = o.group, co.sink = o.sink, co.recent = o.recent;
-  co.pool = o.pool, co.k_objective = o.k_objective, co.v_objective = o.v_objective;
-  co.k_clip = o.model.k_clip.value_or(0.96f);  // --k-clip / --v-clip; the published recipe by default
-  co.v_clip = o.model.v_clip.value_or(0.92f);
-  co.k_scale = o.model.k_scale;
   if (co.tune.any() || o.model.k_scale) co.base = tune_base_spec(o.model, o.group, o.sink, o.recent, c.head_dim);
   co.text_desc = sources.size() == 1                         ? sources[0].path
                  : !corpus.empty() && o.text_files.empty() ? "corpus " + corpus

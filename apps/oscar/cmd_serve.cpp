@@ -27,7 +27,7 @@ struct ServeOptions {
   std::string model_name;
   int max_seqs = 8;
   double kv_mem_mib = 0;    // 0: room for max_seqs sequences of -c tokens
-  int step_tokens = 0;      // 0: 512 on the CPU, 4096 on the GPU (prefill in 4096-row forwards)
+  int step_tokens = 0;      // 0: the backend's (512 on the CPU, 4096 on the GPU: its rows per forward)
   double output_reserve = 1.0;
   int http_threads = 0;     // 0: 4 per sequence + 16
   double shutdown_timeout = 30;
@@ -102,8 +102,7 @@ int serve(const ServeOptions& o) {
   const int64_t budget = int64_t(o.kv_mem_mib * 1024 * 1024);
   engine::RunnerPlan plan;
   plan.device = o.model.device, plan.max_seqs = o.max_seqs, plan.ctx = ctx;
-  const int64_t step_tokens = o.step_tokens > 0 ? o.step_tokens : o.model.device == "cuda" ? 4096 : 512;
-  plan.budgeted = true, plan.kv_budget_bytes = budget, plan.step_tokens = step_tokens;
+  plan.budgeted = true, plan.kv_budget_bytes = budget, plan.step_tokens = o.step_tokens;
   engine::OpenedRunner opened = engine::open_runner(*m.transformer, plan);
   fmt::print(stderr, "{}\n", opened.plan);
   const std::unique_ptr<engine::Runner> runner = std::move(opened.runner);
@@ -118,7 +117,7 @@ int serve(const ServeOptions& o) {
     }
   }
   fmt::print(stderr, "engine: {}\n", runner->describe());
-  serve::SchedulerConfig sched_config{o.max_seqs, step_tokens, ctx};
+  serve::SchedulerConfig sched_config{o.max_seqs, opened.step_tokens, ctx};
   sched_config.output_reserve = o.output_reserve;
   serve::Scheduler scheduler(*runner, *m.tokenizer, sched_config, metrics);
   scheduler.start();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "oscar/backends/open_runner.h"
+#include "oscar/core/clock.h"
 #include "oscar/core/format_bytes.h"
 #include "oscar/core/read_file.h"
 #include "oscar/engine/cpu_runner.h"
@@ -50,9 +51,6 @@ void write_json_file(const std::string& path, const nlohmann::json& j);
 // The KV memory line `run` and `chat` end with: bytes, bits per element, and against BF16.
 void print_kv_memory(const engine::Runner& runner, SeqId seq, const std::string& kv_name);
 
-inline double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // The Runner run, ppl, niah and bench drive (engine::open_runner): room for max_seqs
 // sequences of up to `capacity` tokens on `device`; on a GPU its description goes to stderr.

@@ -18,15 +18,19 @@ namespace oscar::engine {
 
 namespace {
 
+// The CPU's tokens per step, as llama.cpp's ubatch.
+constexpr int64_t kCpuStepTokens = 512;
+
 OpenedRunner open_cpu(Transformer& model, const RunnerPlan& p) {
   OpenedRunner o;
+  o.step_tokens = p.step_tokens > 0 ? p.step_tokens : kCpuStepTokens;
   if (!p.budgeted) {
     o.runner = std::make_unique<CpuRunner>(model, model.make_cache(int64_t(p.max_seqs) * p.ctx));
     o.seqs_at_ctx = p.max_seqs;
     o.plan = fmt::format("KV cache for {} sequences of {} tokens", p.max_seqs, p.ctx);
     return o;
   }
-  const KvPlan plan = plan_kv_cache(model, p.kv_budget_bytes, p.max_seqs, p.ctx, p.step_tokens);
+  const KvPlan plan = plan_kv_cache(model, p.kv_budget_bytes, p.max_seqs, p.ctx, o.step_tokens);
   const int64_t block = model.kv_spec().block_tokens, quarter = std::max<int64_t>(p.ctx / 4, 1);
   o.seqs_at_ctx = sequences_that_fit(model, plan, p.ctx);
   o.plan = fmt::format(
@@ -41,9 +45,11 @@ OpenedRunner open_cpu(Transformer& model, const RunnerPlan& p) {
 
 #if OSCAR_WITH_CUDA
 OpenedRunner open_cuda(Transformer& model, const RunnerPlan& p) {
-  const DeviceKvPlan plan = plan_device_kv(model, p.budgeted ? p.kv_budget_bytes : 0, p.max_seqs, p.ctx,
-                                           p.budgeted ? std::max(p.step_tokens, p.forward_rows) : p.forward_rows);
+  // A step is one forward where its rows fit: the rows cover a budgeted plan's steps.
+  const int64_t rows = p.budgeted ? std::max(p.step_tokens, p.forward_rows) : p.forward_rows;
+  const DeviceKvPlan plan = plan_device_kv(model, p.budgeted ? p.kv_budget_bytes : 0, p.max_seqs, p.ctx, rows);
   OpenedRunner o;
+  o.step_tokens = p.step_tokens > 0 ? p.step_tokens : plan.forward_rows;
   o.seqs_at_ctx = plan.seqs_at_ctx;
   o.plan = fmt::format(
       "KV bytes per token on the GPU: fp {:.1f}, history {:.1f}; pages: {} fp ({} B each), {} history ({} B each); "

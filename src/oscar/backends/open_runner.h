@@ -21,7 +21,7 @@ struct RunnerPlan {
   // token of max_seqs sequences of ctx, for generate()'s unscheduled prefill.
   bool budgeted = false;
   int64_t kv_budget_bytes = 0;
-  int64_t step_tokens = 512;
+  int64_t step_tokens = 0;  // ≤ 0: the backend's (512 on the CPU; on the GPU its rows per forward)
   // Most token rows in one forward on the GPU (its activation buffers; a longer prompt or
   // step goes in pieces); ≤ 0: the backend's default.
   int64_t forward_rows = 0;
@@ -31,6 +31,7 @@ struct OpenedRunner {
   std::unique_ptr<Runner> runner;
   std::string plan;          // the KV plan in words (pages, bytes, sequences that fit), for the start-up report
   int64_t seqs_at_ctx = 0;   // sequences of ctx tokens that fit at once
+  int64_t step_tokens = 0;   // tokens per scheduler step: the plan's, or the backend's default
 };
 
 // Throws oscar::Error naming the problem: an unknown device, a build without the CUDA

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "oscar/core/clock.h"
 #include "oscar/core/error.h"
 #include "oscar/ops/rope.h"
 #include "oscar/rotation/key_mean.h"
@@ -13,10 +14,6 @@
 namespace oscar::calib {
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Pass 1: feeds each layer's q, k, v to its accumulator and keeps k and v, so that
 // pass 2 (which needs the final C_Q,h) replays them instead of running the model
@@ -101,10 +98,14 @@ void progress(const char* what, int done, int total, double secs) {
 
 }  // namespace
 
-Calibration calibrate(LoadedModel& m, const std::vector<CalibSource>& sources, const CalibrationOptions& o) {
-  const auto t_start = std::chrono::steady_clock::now();
+void check_options(const CalibrationOptions& o) {
   for (const std::string* obj : {&o.k_objective, &o.v_objective}) split_objective(*obj);  // validates names
   if (o.prompts <= 0 || o.tokens < o.prompts) fail("--tokens {} must be at least --prompts {}", o.tokens, o.prompts);
+}
+
+Calibration calibrate(LoadedModel& m, const std::vector<CalibSource>& sources, const CalibrationOptions& o) {
+  const auto t_start = std::chrono::steady_clock::now();
+  check_options(o);
   if (sources.empty()) fail("calibration needs at least one source");
   const TuneOptions& tune = o.tune;
   const ModelConfig& c = m.transformer->config();

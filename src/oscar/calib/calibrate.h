@@ -37,6 +37,10 @@ struct Calibration {
   nlohmann::json manifest;  // what to record beside them: sources, tokens, spectra, searches, seconds
 };
 
+// What calibrate() checks before it runs (the objectives' names, tokens against prompts),
+// for a caller that wants to fail before loading the model. Throws oscar::Error.
+void check_options(const CalibrationOptions& o);
+
 // m is loaded with a BF16 cache (calibration sees the model's own attention inputs);
 // sources are read, tokenized through the model's chat template where they are chats, and
 // mixed by weight. Progress goes to stderr. Throws oscar::Error naming what is wrong.

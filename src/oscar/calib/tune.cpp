@@ -9,6 +9,7 @@
 #include <span>
 
 #include "oscar/rotation/key_scale.h"
+#include "oscar/core/clock.h"
 #include "oscar/core/error.h"
 #include "oscar/eval/kl_divergence.h"
 #include "oscar/eval/kv_search.h"
@@ -18,9 +19,6 @@
 namespace oscar::calib {
 
 namespace {
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 double mean(const std::vector<double>& xs) {
   double s = 0.0;
   for (double x : xs) s += x;

@@ -26,8 +26,9 @@ struct DeviceKvPlan {
 };
 
 // Rows of one forward when the plan names none: long prompts go through the matrix products
-// in pieces this long (H200, Qwen3-8B shape: 1024-row pieces prefilled 8K tokens at 0.90 of
-// the rate of 4096-row ones; bench/results/prefill_vs_hf_h200.json).
+// in pieces this long (H200, Qwen3-8B shape, `oscar bench --device cuda -b 1024|4096`,
+// 2026-11-28: 1024-row pieces prefilled 8K tokens at 0.94 of the rate of 4096-row ones;
+// 8192 was no faster).
 inline constexpr int64_t kDefaultForwardRows = 4096;
 
 // Splits budget_bytes (≤ 0: room for max_seqs sequences of ctx tokens) between the fp and

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "oscar/core/clock.h"
 #include "oscar/core/error.h"
 #include "oscar/core/thread_pool.h"
 #include "oscar/cuda/weight_convert.h"
@@ -259,7 +260,7 @@ std::unique_ptr<cuda::DeviceModel> load_device_model(const Transformer& t, const
     FileWeightLoader loader(t.weights(), std::move(rot_v));
     auto dm = std::make_unique<cuda::DeviceModel>(shape, kv, limits, loader, precision);
     if (stats) {
-      stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      stats->seconds = seconds_since(t0);
       stats->file_bytes = loader.bytes_read();
       stats->device_bytes = int64_t(dm->weight_bytes());
     }

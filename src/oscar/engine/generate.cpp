@@ -4,13 +4,9 @@
 #include <chrono>
 #include <vector>
 
-namespace oscar::engine {
+#include "oscar/core/clock.h"
 
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
+namespace oscar::engine {
 
 GenerationStats generate(Runner& runner, const Tokenizer& tokenizer, SeqId seq, std::span<const int32_t> prompt,
                          int n_predict, Sampler& sampler, const std::function<bool(int32_t)>& on_token,

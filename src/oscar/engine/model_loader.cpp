@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "oscar/core/clock.h"
 #include "oscar/core/error.h"
 #include "oscar/core/thread_pool.h"
 #include "oscar/formats/gguf.h"
@@ -20,9 +21,6 @@
 namespace oscar::engine {
 
 namespace {
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", double(bytes) / (1LL << 30)); }
 }  // namespace
 
