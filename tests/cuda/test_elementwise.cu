@@ -125,13 +125,14 @@ void test_embed(uint32_t seed) {
   report(ok, "embed_bf16: rows exact, ids outside the vocabulary give zeros and raise the flag");
 }
 
-void test_argmax(uint32_t seed) {
+// n = 151936: float4 loads; an n that is not a multiple of 4: one value at a time.
+void test_argmax(uint32_t seed, int64_t n) {
   std::mt19937 rng(seed);
-  const int64_t rows = 4, n = 151936;
+  const int64_t rows = 4;
   std::vector<float> x = random_vec(size_t(rows * n), rng, 5.0f);
   // row 0: a tie of the maximum (the first wins); row 1: NaNs before the maximum; row 2: the
   // maximum at the last index; row 3: all equal.
-  x[size_t(100)] = 1e4f, x[size_t(90000)] = 1e4f;
+  x[size_t(100)] = 1e4f, x[size_t(n * 3 / 5)] = 1e4f;
   x[size_t(n + 0)] = NAN, x[size_t(n + 5)] = NAN, x[size_t(n + 7)] = 1e4f;
   x[size_t(3 * n - 1)] = 1e4f;
   std::fill(x.begin() + 3 * n, x.end(), 0.5f);
@@ -140,7 +141,7 @@ void test_argmax(uint32_t seed) {
   oscar::cuda::argmax_rows(dx.as<float>(), rows, n, di.as<int32_t>());
   CHECK_CUDA(cudaDeviceSynchronize());
   const std::vector<int32_t> got = download<int32_t>(di, size_t(rows));
-  report(got == want, "argmax_rows (vocab 151936): ties to the first, NaN never wins, last index, all equal -> " +
+  report(got == want, "argmax_rows (vocab " + std::to_string(n) + "): ties to the first, NaN never wins, last index, all equal -> " +
                           std::to_string(got[0]) + "," + std::to_string(got[1]) + "," + std::to_string(got[2]) + "," +
                           std::to_string(got[3]));
 }
@@ -163,7 +164,8 @@ void run_elementwise_tests(uint32_t seed) {
   test_rope(1, 28, 128, false, seed + 5);
   test_swiglu_add(8960 * 3 + 1, seed + 6);
   test_embed(seed + 7);
-  test_argmax(seed + 8);
+  test_argmax(seed + 8, 151936);
+  test_argmax(seed + 9, 49157);
   test_param_checks();
 }
 

@@ -6,7 +6,9 @@
 
 #include <string>
 
+#include "oscar/cuda/device_primitives.cuh"
 #include "oscar/cuda/host_checks.h"
+#include "oscar/cuda/launch.h"
 
 namespace oscar::cuda {
 namespace {
@@ -97,12 +99,15 @@ __device__ uint16_t bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfl
 // grid (⌈(n_heads + n_kv_heads) / kH⌉, B), d = kD threads; a CTA takes heads [kH·x, kH·x + kH)
 // of one token, query heads first, then KV heads (K and V). kH = 1 for a decode step's few
 // rows; a prefill's many take kH heads per CTA, which share the token's RoPE angles and each
-// load of the rotations.
+// load of the rotations. Launched as a programmatic dependent of the product before it
+// (launch.h).
 template <int kD, int kH>
 __global__ void prologue_kernel(const AttentionPrologueParams p) {
   __shared__ float row[kD];
   __shared__ float rows[kD][kH];
   __shared__ double red[kD / 32];
+  detail::wait_for_prior_grid();
+  detail::allow_dependent_launch();
   const int b = blockIdx.y, e = threadIdx.x, d = kD, h0 = blockIdx.x * kH;
   const int n_all = p.n_heads + p.n_kv_heads;
   const int t = p.pos[b];
@@ -168,9 +173,10 @@ void launch(const AttentionPrologueParams& p, cudaStream_t stream) {
   const int n_all = p.n_heads + p.n_kv_heads;
   if (p.batch >= kPrefillRows) {
     const dim3 grid(unsigned((n_all + kPrefillHeads - 1) / kPrefillHeads), unsigned(p.batch));
-    prologue_kernel<kD, kPrefillHeads><<<grid, kD, 0, stream>>>(p);
+    detail::launch_dependent(prologue_kernel<kD, kPrefillHeads>, grid, dim3(kD), 0, stream, "attention_prologue", p);
   } else {
-    prologue_kernel<kD, 1><<<dim3(unsigned(n_all), unsigned(p.batch)), kD, 0, stream>>>(p);
+    detail::launch_dependent(prologue_kernel<kD, 1>, dim3(unsigned(n_all), unsigned(p.batch)), dim3(kD), 0, stream,
+                             "attention_prologue", p);
   }
 }
 

@@ -15,6 +15,7 @@
 
 #include "oscar/cuda/decode_history_mma.cuh"
 #include "oscar/cuda/device_primitives.cuh"
+#include "oscar/cuda/launch.h"
 #include "oscar/cuda/host_checks.h"
 
 namespace oscar::cuda {
@@ -694,6 +695,7 @@ constexpr int kMergeThreads = 256;
 template <int kDim>
 __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeAttentionParams p, int n_slots) {
   wait_for_prior_grid();  // the partials (launched as a programmatic dependent of the split)
+  allow_dependent_launch();  // the output projection may start prefetching its weights
   constexpr int kWarpsM = kMergeThreads / 32, kVec = kDim / 32;
   using Vec = std::conditional_t<kVec == 4, float4, float2>;
   __shared__ float s_red[kWarpsM];
@@ -872,16 +874,8 @@ void launch(const DecodeAttentionParams& p, cudaStream_t stream) {
   // drains (H100, launched on their own: INT2 at (1, 8K) 0.0156 -> 0.0139 ms, (1, 32K)
   // 0.0205 -> 0.0187, (1, 128K) 0.0434 -> 0.0407, whole waves within 1 %; in a decode
   // step's CUDA graph, where launches cost little anyway, no change).
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(p.n_heads), unsigned(p.batch));
-  config.blockDim = dim3(kMergeThreads);
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&config, decode_merge_kernel<kDim>, p, n_slots), "decode_merge_kernel launch");
+  detail::launch_dependent(decode_merge_kernel<kDim>, dim3(unsigned(p.n_heads), unsigned(p.batch)),
+                           dim3(kMergeThreads), 0, stream, "decode_merge_kernel", p, n_slots);
 }
 
 // The key bias is a template flag, so that kernels without it stay as they were.

@@ -5,13 +5,23 @@
 
 #include <string>
 
+#include "oscar/cuda/device_primitives.cuh"
 #include "oscar/cuda/host_checks.h"
+#include "oscar/cuda/launch.h"
 
 namespace oscar::cuda {
 namespace {
 
+using detail::allow_dependent_launch;
+using detail::prefetch_l2;
+using detail::wait_for_prior_grid;
+
 constexpr int kWarps = 8;    // output rows per CTA
 constexpr int kUnroll = 4;   // 16-byte loads in flight per lane
+// Bytes of each row asked into L2 before the kernel before has finished: the CTAs that fit
+// at once (about 1,000 on an H100/H200) then hold some 30 MB of the product's weights by the
+// time its input is ready, which covers a norm or a softmax merge that runs in between.
+constexpr unsigned kPrefetchRowBytes = 4096;
 
 __device__ __forceinline__ void fma8(float& acc, const uint4& w, const uint4& x) {
   const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);
@@ -24,14 +34,33 @@ __device__ __forceinline__ void fma8(float& acc, const uint4& w, const uint4& x)
   }
 }
 
-template <int kM>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
+// Piece k (8 values) of x's row r as BF16: loaded as such, or f32 rounded to BF16 on the
+// way (what cast_to_bf16 then a BF16 product would use).
+template <class X>
+__device__ __forceinline__ uint4 x_piece(const X* x, int64_t r, int n_in, int k) {
+  if constexpr (sizeof(X) == 2) {
+    return __ldg(reinterpret_cast<const uint4*>(x + size_t(r) * size_t(n_in)) + k);
+  } else {
+    const float4* p = reinterpret_cast<const float4*>(x + size_t(r) * size_t(n_in)) + 2 * k;
+    const float4 a = __ldg(p), b = __ldg(p + 1);
+    return make_uint4(detail::pack_bf16(a.x, a.y), detail::pack_bf16(a.z, a.w), detail::pack_bf16(b.x, b.y),
+                      detail::pack_bf16(b.z, b.w));
+  }
+}
+
+// Launched as a programmatic dependent (launch.h): W is read-only, so each warp asks its
+// row's first bytes into L2 before waiting for the kernel that writes x (and y).
+template <int kM, class X>
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const X* __restrict__ x, const uint16_t* __restrict__ w,
                                                            const float* __restrict__ bias, float* __restrict__ y,
                                                            int n_in, int n_out, bool accumulate) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x * kWarps + warp;
-  if (row >= n_out) return;
   const uint4* wr = reinterpret_cast<const uint4*>(w + size_t(row) * size_t(n_in));
+  if (kPrefetchRowBytes && lane == 0 && row < n_out) prefetch_l2(wr, min(unsigned(n_in) * 2u, kPrefetchRowBytes));
+  wait_for_prior_grid();
+  allow_dependent_launch();
+  if (row >= n_out) return;
   const int n8 = n_in / 8;  // 16-byte pieces per row
   float acc[kM];
 #pragma unroll
@@ -45,13 +74,12 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint16_t* __res
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-      for (int r = 0; r < kM; ++r)
-        fma8(acc[r], wv[u], __ldg(reinterpret_cast<const uint4*>(x + size_t(r) * size_t(n_in)) + k + 32 * u));
+      for (int r = 0; r < kM; ++r) fma8(acc[r], wv[u], x_piece(x, r, n_in, k + 32 * u));
   }
   for (; k < n8; k += 32) {
     const uint4 wv = __ldg(wr + k);
 #pragma unroll
-    for (int r = 0; r < kM; ++r) fma8(acc[r], wv, __ldg(reinterpret_cast<const uint4*>(x + size_t(r) * size_t(n_in)) + k));
+    for (int r = 0; r < kM; ++r) fma8(acc[r], wv, x_piece(x, r, n_in, k));
   }
 #pragma unroll
   for (int r = 0; r < kM; ++r)
@@ -67,25 +95,36 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint16_t* __res
   }
 }
 
+template <class X>
+void launch(const char* what, const X* x, const uint16_t* w, const float* bias, float* y, int64_t m, int n_in,
+            int n_out, bool accumulate, cudaStream_t stream) {
+  if (!gemv_supported(m, n_in) || n_out <= 0)
+    detail::fail(what, "unsupported shape: m " + std::to_string(m) + ", n_in " + std::to_string(n_in) + " (1.." +
+                           std::to_string(kGemvMaxRows) + " rows, n_in a multiple of 8), n_out " +
+                           std::to_string(n_out));
+  if (!detail::aligned16(x) || !detail::aligned16(w)) detail::fail(what, "x and W must be 16-byte aligned");
+  const dim3 grid(unsigned((n_out + kWarps - 1) / kWarps)), block(kWarps * 32);
+  auto go = [&](auto kernel) { detail::launch_dependent(kernel, grid, block, 0, stream, what, x, w, bias, y, n_in, n_out, accumulate); };
+  switch (m) {
+    case 1: go(gemv_kernel<1, X>); break;
+    case 2: go(gemv_kernel<2, X>); break;
+    case 3: go(gemv_kernel<3, X>); break;
+    default: go(gemv_kernel<4, X>); break;
+  }
+}
+
 }  // namespace
 
 bool gemv_supported(int64_t m, int n_in) { return m >= 1 && m <= kGemvMaxRows && n_in > 0 && n_in % 8 == 0; }
 
 void gemv_bf16(const uint16_t* x, const uint16_t* w, const float* bias, float* y, int64_t m, int n_in, int n_out,
                bool accumulate, cudaStream_t stream) {
-  if (!gemv_supported(m, n_in) || n_out <= 0)
-    detail::fail("gemv_bf16", "unsupported shape: m " + std::to_string(m) + ", n_in " + std::to_string(n_in) +
-                                  " (1.." + std::to_string(kGemvMaxRows) + " rows, n_in a multiple of 8), n_out " +
-                                  std::to_string(n_out));
-  if (!detail::aligned16(x) || !detail::aligned16(w)) detail::fail("gemv_bf16", "x and W must be 16-byte aligned");
-  const unsigned blocks = unsigned((n_out + kWarps - 1) / kWarps);
-  switch (m) {
-    case 1: gemv_kernel<1><<<blocks, kWarps * 32, 0, stream>>>(x, w, bias, y, n_in, n_out, accumulate); break;
-    case 2: gemv_kernel<2><<<blocks, kWarps * 32, 0, stream>>>(x, w, bias, y, n_in, n_out, accumulate); break;
-    case 3: gemv_kernel<3><<<blocks, kWarps * 32, 0, stream>>>(x, w, bias, y, n_in, n_out, accumulate); break;
-    default: gemv_kernel<4><<<blocks, kWarps * 32, 0, stream>>>(x, w, bias, y, n_in, n_out, accumulate); break;
-  }
-  detail::check_launch("gemv_bf16");
+  launch("gemv_bf16", x, w, bias, y, m, n_in, n_out, accumulate, stream);
+}
+
+void gemv_f32_input(const float* x, const uint16_t* w, const float* bias, float* y, int64_t m, int n_in, int n_out,
+                    bool accumulate, cudaStream_t stream) {
+  launch("gemv_f32_input", x, w, bias, y, m, n_in, n_out, accumulate, stream);
 }
 
 }  // namespace oscar::cuda

@@ -3,7 +3,9 @@
 // weight once and does almost no arithmetic per byte, so the product is a read of W at the
 // memory's pace: one warp per output row, 16-byte loads, four in flight per lane, each
 // weight read once for all m rows, the bias and the residual add in the epilogue (cuBLAS
-// splits such products over K and reduces in a second kernel).
+// splits such products over K and reduces in a second kernel). Each launch is a
+// programmatic dependent of the kernel before it (launch.h): its CTAs start while that
+// kernel drains and prefetch their weights into L2 meanwhile.
 //
 // Self-contained: the CUDA runtime only.
 #pragma once
@@ -24,5 +26,10 @@ bool gemv_supported(int64_t m, int n_in);
 // unsupported shape or a failed launch.
 void gemv_bf16(const uint16_t* x, const uint16_t* w, const float* bias, float* y, int64_t m, int n_in, int n_out,
                bool accumulate, cudaStream_t stream);
+
+// The same with x in f32, each value rounded to BF16 as it is read (cast_to_bf16, then
+// gemv_bf16, in one kernel).
+void gemv_f32_input(const float* x, const uint16_t* w, const float* bias, float* y, int64_t m, int n_in, int n_out,
+                    bool accumulate, cudaStream_t stream);
 
 }  // namespace oscar::cuda

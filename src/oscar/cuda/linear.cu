@@ -72,6 +72,8 @@ Linear::~Linear() {
 void Linear::linear(const float* x, const uint16_t* w, const float* bias, float* y, int64_t m, int n_in, int n_out,
                     bool accumulate) {
   if (m <= 0) return;
+  if (gemv_supported(m, n_in) && detail::aligned16(x) && detail::aligned16(w))
+    return gemv_f32_input(x, w, bias, y, m, n_in, n_out, accumulate, stream_);
   if (size_t(m) * size_t(n_in) > max_in_elems_)
     fail("linear", "input of " + std::to_string(m) + "×" + std::to_string(n_in) + " exceeds the scratch of " +
                        std::to_string(max_in_elems_) + " elements");
