@@ -32,13 +32,6 @@ __device__ __forceinline__ void cp_async_wait() {
 __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 __device__ __forceinline__ void wait_for_prior_grid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
-// Asks the memory system to bring [p, p + bytes) into L2 (one instruction; bytes a multiple
-// of 16, p 16-byte aligned). Data no kernel writes, such as weights, may be prefetched
-// before wait_for_prior_grid.
-__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-}
-
 // Hopper bulk copies (the TMA unit) into shared memory, completed on an mbarrier: one lane
 // issues a whole contiguous range (16-byte aligned, a multiple of 16 bytes) and any thread
 // waits on the barrier's phase.

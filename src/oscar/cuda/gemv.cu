@@ -13,15 +13,10 @@ namespace oscar::cuda {
 namespace {
 
 using detail::allow_dependent_launch;
-using detail::prefetch_l2;
 using detail::wait_for_prior_grid;
 
 constexpr int kWarps = 8;    // output rows per CTA
 constexpr int kUnroll = 4;   // 16-byte loads in flight per lane
-// Bytes of each row asked into L2 before the kernel before has finished: the CTAs that fit
-// at once (about 1,000 on an H100/H200) then hold some 30 MB of the product's weights by the
-// time its input is ready, which covers a norm or a softmax merge that runs in between.
-constexpr unsigned kPrefetchRowBytes = 4096;
 
 __device__ __forceinline__ void fma8(float& acc, const uint4& w, const uint4& x) {
   const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);
@@ -48,8 +43,11 @@ __device__ __forceinline__ uint4 x_piece(const X* x, int64_t r, int n_in, int k)
   }
 }
 
-// Launched as a programmatic dependent (launch.h): W is read-only, so each warp asks its
-// row's first bytes into L2 before waiting for the kernel that writes x (and y).
+// Launched as a programmatic dependent (launch.h): the CTAs are scheduled while the kernel
+// before drains and wait for it here. Asking each row's first 4 KB into L2 before the wait
+// (cp.async.bulk.prefetch.L2) made the B = 1 step 6 % slower on the H200 (int2 8K: 5.05 ->
+// 5.35 ms), and streaming W_o into L2 during attention 80 % slower: the bulk prefetches
+// are issued slowly and hold the issuing warps.
 template <int kM, class X>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const X* __restrict__ x, const uint16_t* __restrict__ w,
                                                            const float* __restrict__ bias, float* __restrict__ y,
@@ -57,7 +55,6 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const X* __restrict__
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x * kWarps + warp;
   const uint4* wr = reinterpret_cast<const uint4*>(w + size_t(row) * size_t(n_in));
-  if (kPrefetchRowBytes && lane == 0 && row < n_out) prefetch_l2(wr, min(unsigned(n_in) * 2u, kPrefetchRowBytes));
   wait_for_prior_grid();
   allow_dependent_launch();
   if (row >= n_out) return;

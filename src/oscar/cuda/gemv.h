@@ -4,8 +4,8 @@
 // memory's pace: one warp per output row, 16-byte loads, four in flight per lane, each
 // weight read once for all m rows, the bias and the residual add in the epilogue (cuBLAS
 // splits such products over K and reduces in a second kernel). Each launch is a
-// programmatic dependent of the kernel before it (launch.h): its CTAs start while that
-// kernel drains and prefetch their weights into L2 meanwhile.
+// programmatic dependent of the kernel before it (launch.h): its CTAs are scheduled while
+// that kernel drains.
 //
 // Self-contained: the CUDA runtime only.
 #pragma once

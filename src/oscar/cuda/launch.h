@@ -1,6 +1,6 @@
 // Kernel launches as programmatic dependents (sm_90): the kernel may be scheduled while the
-// grid before it in the stream drains, so that its launch, and whatever it does before
-// detail::wait_for_prior_grid() (a weight prefetch), overlaps that grid's tail. The kernel
+// grid before it in the stream drains (once that grid's CTAs have all called
+// allow_dependent_launch), so that its launch overlaps that grid's tail. The kernel
 // must call wait_for_prior_grid() before it reads anything an earlier kernel wrote, and
 // before it writes anything at all. Inside a CUDA graph capture it becomes a programmatic
 // edge. Internal to src/oscar/cuda (included by .cu files only).
