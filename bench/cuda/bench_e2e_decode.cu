@@ -34,8 +34,8 @@
 #include <cuda_runtime.h>
 
 #include "oscar/cuda/check_cuda.h"
-#include "oscar/cuda/device_kv_cache.h"
-#include "oscar/cuda/device_model.h"
+#include "oscar/engine/cuda/device_kv_cache.h"
+#include "oscar/engine/cuda/device_model.h"
 #include "bench_util.cuh"
 #include "synthetic_cache.cuh"
 

@@ -8,7 +8,7 @@
 
 #include <cuda_bf16.h>
 
-#include "oscar/cuda/device_model.h"
+#include "oscar/engine/cuda/device_model.h"
 #include "oscar/cuda/host_checks.h"
 
 namespace oscar::cuda {

@@ -13,7 +13,7 @@
 
 #include "oscar/cuda/check_cuda.h"
 #include "oscar/cuda/decode_attention.h"
-#include "oscar/cuda/device_kv_cache.h"
+#include "oscar/engine/cuda/device_kv_cache.h"
 
 namespace synthetic {
 

@@ -1,5 +1,5 @@
 // GPU against the CPU engine, end to end: each fixture (written on the CPU by
-// tests/cuda_engine, format in src/oscar/cuda_engine/device_fixture.h, read here by a reader
+// tests/cuda_engine, format in src/oscar/engine/cuda/device_fixture.h, read here by a reader
 // of our own because this program builds without the project) holds a model as the CUDA
 // backend receives it, its KV format, 120 tokens and oscar::Transformer's logits at every
 // position. DeviceModel runs the same tokens as two sequences in one batch, the second
@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
-#include "oscar/cuda/device_model.h"
+#include "oscar/engine/cuda/device_model.h"
 
 namespace oscar_cuda_test {
 namespace {

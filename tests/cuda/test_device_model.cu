@@ -23,7 +23,7 @@
 #include "../../bench/cuda/random_weights.cuh"
 #include "cuda_test_util.h"
 #include "oscar/cuda/decode_attention.h"
-#include "oscar/cuda/device_model.h"
+#include "oscar/engine/cuda/device_model.h"
 
 namespace {
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "oscar/cuda/device_model.h"
+#include "oscar/engine/cuda/device_model.h"
 
 namespace oscar {
 

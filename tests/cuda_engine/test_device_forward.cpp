@@ -13,7 +13,7 @@
 #include <map>
 
 #include "gpu_test_util.h"
-#include "oscar/cuda_engine/device_runner.h"
+#include "oscar/engine/cuda/device_runner.h"
 #include "oscar/eval/perplexity.h"
 
 namespace oscar {

@@ -12,7 +12,7 @@
 #include "oscar/core/dtype.h"
 #include "oscar/core/error.h"
 #include "device_fixture.h"
-#include "oscar/cuda_engine/device_model_loader.h"
+#include "oscar/engine/cuda/device_model_loader.h"
 #include "oscar/rotation/hadamard.h"
 #include "../tiny_model.h"
 

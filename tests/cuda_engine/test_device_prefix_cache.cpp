@@ -14,7 +14,7 @@
 
 #include "gpu_test_util.h"
 #include "oscar/core/dtype.h"
-#include "oscar/cuda_engine/device_runner.h"
+#include "oscar/engine/cuda/device_runner.h"
 
 namespace oscar {
 namespace {

@@ -11,7 +11,7 @@
 #if OSCAR_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "oscar/cuda_engine/device_runner.h"
+#include "oscar/engine/cuda/device_runner.h"
 #endif
 
 namespace oscar::engine {

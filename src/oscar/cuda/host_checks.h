@@ -1,5 +1,6 @@
 // Host-side error reporting shared by the CUDA entry points: a std::runtime_error that
-// names the entry point, and the check after a kernel launch. Internal to src/oscar/cuda.
+// names the entry point, and the check after a kernel launch. Internal to the CUDA code (the kernels
+// here and the device model in src/oscar/engine/cuda).
 #pragma once
 #include <cstdint>
 #include <stdexcept>

@@ -133,7 +133,7 @@ LoadedModel load_model(const ModelOptions& o) {
       std::any_of(rotations->layers.begin(), rotations->layers.end(), [](const LayerRotation& l) { return !l.k_scale.empty(); }))
     fmt::print(stderr, "note: the rotations carry a per-channel key scale (their R_K was fitted for scaled queries); "
                        "add --k-scale to use it\n");
-  // --device cuda streams the native views to the device (cuda_engine/device_weight_loader.h):
+  // --device cuda streams the native views to the device (engine/cuda/device_weight_loader.h):
   // the host never holds the model as f32.
   const WeightStorage storage = o.weights == "f32" ? WeightStorage::f32 : WeightStorage::native;
   m.transformer = std::make_unique<Transformer>(load_model_weights(*src, storage));

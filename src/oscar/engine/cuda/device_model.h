@@ -18,7 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "oscar/cuda/cache_write.h"
-#include "oscar/cuda/device_kv_cache.h"
+#include "oscar/engine/cuda/device_kv_cache.h"
 #include "oscar/cuda/device_memory.h"
 #include "oscar/cuda/linear.h"
 #include "oscar/cuda/sampling.h"

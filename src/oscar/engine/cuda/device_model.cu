@@ -1,5 +1,5 @@
 // The decoder on the GPU (device_model.h): weights, one step's kernels, graphs.
-#include "oscar/cuda/device_model.h"
+#include "oscar/engine/cuda/device_model.h"
 
 #include <cuda_bf16.h>
 

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "oscar/cuda/device_model.h"
+#include "oscar/engine/cuda/device_model.h"
 #include "oscar/model/model_weights.h"
 #include "oscar/model/transformer.h"
 

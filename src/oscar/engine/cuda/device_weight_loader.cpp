@@ -1,4 +1,4 @@
-#include "oscar/cuda_engine/device_weight_loader.h"
+#include "oscar/engine/cuda/device_weight_loader.h"
 
 #include <cuda_runtime.h>
 #include <sys/mman.h>
@@ -15,7 +15,7 @@
 #include "oscar/core/error.h"
 #include "oscar/core/thread_pool.h"
 #include "oscar/cuda/weight_convert.h"
-#include "oscar/cuda_engine/device_model_loader.h"
+#include "oscar/engine/cuda/device_model_loader.h"
 #include "oscar/model/rotation_absorb.h"
 
 #ifndef MADV_POPULATE_READ

@@ -1,4 +1,4 @@
-#include "oscar/cuda_engine/device_runner.h"
+#include "oscar/engine/cuda/device_runner.h"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -7,8 +7,8 @@
 #include <stdexcept>
 
 #include "oscar/core/error.h"
-#include "oscar/cuda_engine/device_model_loader.h"
-#include "oscar/cuda_engine/device_weight_loader.h"
+#include "oscar/engine/cuda/device_model_loader.h"
+#include "oscar/engine/cuda/device_weight_loader.h"
 #include "oscar/engine/kv_budget.h"
 
 namespace oscar {

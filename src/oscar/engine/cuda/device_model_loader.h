@@ -1,8 +1,8 @@
 // The bridge from the CPU engine to the CUDA backend: a configured oscar::Transformer's
 // shape, weights (BF16, with R_V already absorbed when configure_kv absorbed it) and KV
-// format as the plain structs of oscar/cuda/device_model.h. Built only with CUDA.
+// format as the plain structs of oscar/engine/cuda/device_model.h. Built only with CUDA.
 #pragma once
-#include "oscar/cuda/device_model.h"
+#include "oscar/engine/cuda/device_model.h"
 #include "oscar/model/transformer.h"
 
 namespace oscar {

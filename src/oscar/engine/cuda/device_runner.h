@@ -9,8 +9,8 @@
 #pragma once
 #include <memory>
 
-#include "oscar/cuda/device_model.h"
-#include "oscar/cuda_engine/device_weight_loader.h"
+#include "oscar/engine/cuda/device_model.h"
+#include "oscar/engine/cuda/device_weight_loader.h"
 #include "oscar/engine/runner.h"
 #include "oscar/model/transformer.h"
 

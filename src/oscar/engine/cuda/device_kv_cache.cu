@@ -1,6 +1,6 @@
 // The paged KV cache on the device (device_kv_cache.h): pools per layer, page tables on the
 // host mirrored per slot on the device, the window rule, and random contents for benchmarks.
-#include "oscar/cuda/device_kv_cache.h"
+#include "oscar/engine/cuda/device_kv_cache.h"
 
 #include <algorithm>
 #include <string>

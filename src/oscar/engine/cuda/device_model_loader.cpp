@@ -1,4 +1,4 @@
-#include "oscar/cuda_engine/device_model_loader.h"
+#include "oscar/engine/cuda/device_model_loader.h"
 
 #include <algorithm>
 
