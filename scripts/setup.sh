@@ -25,6 +25,7 @@ apt_pins=(
   libpcre2-dev=10.42-1+deb12u2 libzip-dev=1.7.3-1+b1 libcpp-httplib-dev=0.11.4+ds-1+deb12u1
   libssl-dev=3.0.19-1~deb12u2
   libgtest-dev=1.12.1-0.2 libgmock-dev=1.12.1-0.2 libbenchmark-dev=1.7.1-1
+  clang-14=1:14.0.6-12 libclang-rt-14-dev=1:14.0.6-12
 )
 need_apt=0
 for p in "${apt_pins[@]}"; do

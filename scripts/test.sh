@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite (unit tests, the
-# end-to-end comparison with the NumPy reference on the real default model, CLI tests).
+# end-to-end comparison with the NumPy reference on the real default model, CLI tests),
+# then the fuzz targets for a short smoke.
 # Exits non-zero when any test fails.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -10,3 +11,5 @@ bash "$here/build.sh"
 cd "$here/.."
 export OSCAR_REQUIRE_MODEL=1  # tests that need the model fail instead of skipping
 ctest --test-dir "$OSCAR_BUILD" --output-on-failure -j2 --timeout 1200
+# Every parser under libFuzzer, ASan and UBSan for a short smoke (scripts/fuzz.sh; longer: --seconds N).
+bash "$here/fuzz.sh" --seconds 10

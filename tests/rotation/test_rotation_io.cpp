@@ -350,5 +350,30 @@ TEST(RotationIo, TorchLoadsWrittenDirectory) {
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 
+// The manifest names its .pt files by name within the directory: a path elsewhere, a
+// parent, a directory or a device is refused naming the key (a device such as /dev/zero
+// would otherwise be read without end).
+TEST(RotationIo, ManifestFileNamesStayInTheDirectory) {
+  TempDir t("file_names");
+  write_rotation_dir(sample_set(16, 2), t.path.string());
+  std::ifstream in(t.path / "manifest.json");
+  const auto good = nlohmann::json::parse(in);
+  in.close();
+  fs::create_directories(t.path / "sub");
+  for (const std::string bad : {"/dev/zero", "../k_rotation_qqt_r_h_pbr.pt", "..", "", "sub", "sub/x.pt"}) {
+    auto m = good;
+    m["k_file"] = bad;
+    std::ofstream(t.path / "manifest.json") << m.dump();
+    try {
+      read_rotation_dir(t.path.string());
+      ADD_FAILURE() << "k_file \"" << bad << "\" was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("k_file"), std::string::npos) << e.what();
+    }
+  }
+  std::ofstream(t.path / "manifest.json") << good.dump();
+  EXPECT_EQ(read_rotation_dir(t.path.string()).layers.size(), 2u);
+}
+
 }  // namespace
 }  // namespace oscar

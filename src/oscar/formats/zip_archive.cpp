@@ -11,8 +11,13 @@
 
 namespace oscar::zip {
 
+// Owns the archive, so that a constructor that throws after opening it (a hostile entry
+// name) still discards it: the Reader's own destructor does not run then.
 struct Reader::Impl {
   zip_t* archive = nullptr;
+  ~Impl() {
+    if (archive) zip_discard(archive);
+  }
 };
 
 namespace {
@@ -51,13 +56,17 @@ Reader::Reader(std::span<const uint8_t> bytes, std::string name_for_errors)
   for (zip_int64_t i = 0; i < n; ++i) {
     const char* nm = zip_get_name(impl_->archive, static_cast<zip_uint64_t>(i), ZIP_FL_ENC_RAW);
     if (!nm) fail("{}: zip entry {} has no name", name_, i);
+    // Nothing is ever extracted, but a path that would leave the archive's folder marks a
+    // hostile file: refused by name rather than merely not found.
+    const std::string_view path(nm);
+    if (path.starts_with('/') || path == ".." || path.starts_with("../") || path.find("/../") != std::string_view::npos ||
+        path.ends_with("/..") || path.find('\\') != std::string_view::npos)
+      fail("{}: zip entry '{}' has a path outside the archive", name_, path);
     names_.emplace_back(nm);
   }
 }
 
-Reader::~Reader() {
-  if (impl_ && impl_->archive) zip_discard(impl_->archive);
-}
+Reader::~Reader() = default;
 
 int64_t Reader::index_of(const std::string& name) const {
   const zip_int64_t i = zip_name_locate(impl_->archive, name.c_str(), ZIP_FL_ENC_RAW);

@@ -92,7 +92,11 @@ ModelConfig gguf_model_config(const gguf::GgufFile& f) {
   c.n_heads = required_int(f, p + "attention.head_count");
   c.n_kv_heads = optional_int(f, p + "attention.head_count_kv", c.n_heads);
   if (c.n_heads == 0) fail("{}: metadata '{}attention.head_count' is 0", f.path(), p);
+  if (!f.find(p + "attention.key_length") && c.n_embd % c.n_heads != 0)
+    fail("{}: {}embedding_length = {} is not a multiple of {}attention.head_count = {} (and no {}attention.key_length)",
+         f.path(), p, c.n_embd, p, c.n_heads, p);
   c.head_dim = optional_int(f, p + "attention.key_length", c.n_embd / c.n_heads);
+  if (c.head_dim <= 0) fail("{}: metadata '{}attention.key_length' = {} must be positive", f.path(), p, c.head_dim);
   c.n_ctx_train = required_int(f, p + "context_length");
   c.rms_eps = float(f.get_float(p + "attention.layer_norm_rms_epsilon"));
   c.rope_theta = float(f.get_float(p + "rope.freq_base", 10000.0));

@@ -115,6 +115,9 @@ ModelConfig parse_hf_config(const std::string& text, const std::string& file) {
   c.n_heads = f.get_int("num_attention_heads");
   c.n_kv_heads = f.get_int("num_key_value_heads", c.n_heads);
   if (c.n_heads <= 0) fail("{}: num_attention_heads = {} must be positive", file, c.n_heads);
+  if (!f.find("head_dim") && c.n_embd % c.n_heads != 0)
+    fail("{}: hidden_size = {} is not a multiple of num_attention_heads = {} (and no head_dim)", file, c.n_embd,
+         c.n_heads);
   c.head_dim = f.get_int("head_dim", c.n_embd / c.n_heads);
   c.n_vocab = f.get_int("vocab_size");
   c.n_ctx_train = f.get_int("max_position_embeddings", 2048);  // transformers' default

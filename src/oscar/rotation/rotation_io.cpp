@@ -184,8 +184,15 @@ fs::path pick_file(const fs::path& dir, const nlohmann::json& manifest, const ch
   const std::string key = std::string(side) + "_file";
   if (manifest.contains(key)) {
     if (!manifest[key].is_string()) fail("{}: '{}' must be a string", (dir / "manifest.json").string(), key);
-    const fs::path p = dir / manifest[key].get<std::string>();
-    if (!fs::exists(p)) fail("{}: the manifest names {}, which does not exist", dir.string(), p.string());
+    const std::string name = manifest[key].get<std::string>();
+    // A file of the directory, by name: never a path elsewhere (nor a device such as /dev/zero).
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+        name.find('\0') != std::string::npos)
+      fail("{}: '{}' must name a file in the directory, not \"{}\"", (dir / "manifest.json").string(), key, name);
+    const fs::path p = dir / name;
+    std::error_code ec;
+    if (!fs::is_regular_file(p, ec))
+      fail("{}: '{}' names {}, which is not a file there", (dir / "manifest.json").string(), key, p.string());
     return p;
   }
   const std::string prefix = std::string(side) + "_rotation_";
