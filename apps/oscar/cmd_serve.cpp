@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <filesystem>
@@ -29,7 +30,8 @@ struct ServeOptions {
   double kv_mem_mib = 0;    // 0: room for max_seqs sequences of -c tokens
   int step_tokens = 0;      // 0: the backend's (512 on the CPU, 4096 on the GPU: its rows per forward)
   double output_reserve = 1.0;
-  int http_threads = 0;     // 0: 4 per sequence + 16
+  int max_connections = 1024;  // served at once, a thread each; up to 64 more get 503
+  int read_timeout = 5;        // seconds a connection may send nothing
   double shutdown_timeout = 30;
   bool no_prefix_cache = false;
 };
@@ -83,7 +85,13 @@ int serve(const ServeOptions& o) {
   sc.port = o.port;
   sc.api_key = o.api_key;
   sc.model_name = o.model_name.empty() ? std::filesystem::path(o.model.model).stem().string() : o.model_name;
-  sc.http_threads = o.http_threads > 0 ? o.http_threads : 4 * o.max_seqs + 16;
+  sc.max_connections = o.max_connections;
+  sc.read_timeout_s = o.read_timeout;
+  // A descriptor per connection: the soft limit (often 1024) up to the hard one.
+  if (rlimit rl{}; getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
   serve::HttpServer http(sc, metrics);
   const int port = http.bind();
   std::thread http_thread([&] { http.listen(); });
@@ -166,7 +174,11 @@ void add_serve_command(CLI::App& app) {
                   "queues what would not fit to its end (no preemption), 0 admits by the prompt alone and "
                   "preempts (recomputes) sequences that outgrow the pages")
       ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--http-threads", o->http_threads, "HTTP worker threads (0: 4 per sequence + 16)")->check(CLI::Range(0, 4096));
+  cmd->add_option("--max-connections", o->max_connections,
+                  "connections served at once, a thread each; up to 64 more are answered 503 with Retry-After")
+      ->check(CLI::Range(4, 65536));
+  cmd->add_option("--read-timeout", o->read_timeout, "seconds: a connection that stalls is closed within 1.5 times this")
+      ->check(CLI::Range(1, 3600));
   cmd->add_option("--shutdown-timeout", o->shutdown_timeout, "seconds SIGTERM waits for running requests")
       ->check(CLI::Range(0.0, 3600.0));
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "do not share the pages of repeated prompt prefixes");

@@ -253,6 +253,8 @@ def server_args(name: str) -> list[str]:
         return ["--kv", "bf16"]
     if name == "int2":
         return INT2_ARGS + ["--rotations", rotations()]
+    if name == "capped":  # a small connection cap and read timeout, for the slow-client tests
+        return ["--kv", "bf16", "--max-connections", "64", "--read-timeout", "3"]
     raise KeyError(name)
 
 
@@ -802,6 +804,119 @@ def test_disconnect_frees_pages():
     check(fin in ("stop", "length"), f"the request after the disconnect: finish_reason {fin!r}")
 
 
+def test_nonstreaming_disconnect():
+    """A non-streaming request whose client leaves is cancelled, as a stream is."""
+    srv = get_server("bf16")
+    running0, _, pages0, gen0, _ = kv_state(srv)
+    max_tokens = CTX - 64
+    body = json.dumps({"model": MODEL_NAME, "prompt": prose(0.45, 200), "max_tokens": max_tokens,
+                       "temperature": 0}).encode()
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+                 f"Authorization: Bearer {API_KEY}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    deadline = time.monotonic() + 10
+    while True:  # until it runs
+        running, _, _, gen, _ = kv_state(srv)
+        if running and running > (running0 or 0) and gen is not None and gen > (gen0 or 0):
+            break
+        check(time.monotonic() < deadline, "the request did not start within 10 s")
+        time.sleep(0.05)
+    sock.close()
+    t0 = time.monotonic()
+    while True:
+        running, _, pages, gen, _ = kv_state(srv)
+        if running == (running0 or 0) and (pages or 0) == (pages0 or 0):
+            break
+        check(time.monotonic() - t0 < 5, f"5 s after the client left: running {running}, pages {pages}")
+        time.sleep(0.05)
+    dt = time.monotonic() - t0
+    info(f"cancelled {dt:.2f} s after the client left, after {gen - gen0} of {max_tokens} tokens")
+    check(gen - gen0 < max_tokens, "the server generated every token of the abandoned request")
+    check(dt < 2.0, f"the abandoned request ran {dt:.2f} s after the client left")
+
+
+def stall(port: int, n: int) -> list:
+    """n connections that each send a request's headers and one byte of its body, then wait."""
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100\r\n\r\n{")
+        socks.append(s)
+    return socks
+
+
+def closed_by_server(s: socket.socket, wait: float) -> bool:
+    s.settimeout(wait)
+    try:
+        while True:
+            data = s.recv(4096)
+            if not data:
+                return True  # EOF (perhaps after a 408/400 answer)
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except (socket.timeout, TimeoutError):
+        return False
+
+
+def test_slow_clients():
+    """1000 stalled connections: /health and a completion from another client still answer
+    within 2 s, and the stalled ones are closed after the read timeout."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    srv = get_server("bf16")
+    complete(srv, "Hello", 2)  # warm
+    t0 = time.monotonic()
+    socks = stall(srv.port, 1000)
+    info(f"1000 stalled connections opened in {time.monotonic() - t0:.1f} s")
+    try:
+        c = new_http()
+        t = time.monotonic()
+        r = c.get(srv.url + "/health", timeout=10)
+        health = time.monotonic() - t
+        t = time.monotonic()
+        text, fin, _, _ = complete(srv, "The capital of France is", 4, client=c)
+        comp = time.monotonic() - t
+        c.close()
+        info(f"/health {health * 1000:.0f} ms (HTTP {r.status_code}), a 4-token completion {comp * 1000:.0f} ms")
+        check(r.status_code == 200 and health < 2.0, f"/health took {health:.2f} s (HTTP {r.status_code})")
+        check(fin in ("stop", "length") and comp < 2.0, f"the completion took {comp:.2f} s ({fin})")
+        # The default read timeout is 5 s: every stalled connection is gone within 7.5 s.
+        t = time.monotonic()
+        alive = sum(1 for s in socks if not closed_by_server(s, max(0.01, 9 - (time.monotonic() - t))))
+        info(f"{1000 - alive} of 1000 stalled connections closed by the server within {time.monotonic() - t:.1f} s")
+        check(alive == 0, f"{alive} stalled connections still open 9 s later")
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_connection_cap():
+    """Over --max-connections (64 here, all held by stalled clients) a request is answered
+    503 with Retry-After at once, and served again once they are gone."""
+    srv = get_server("capped")
+    socks = stall(srv.port, 64)
+    try:
+        time.sleep(0.3)
+        c = new_http()
+        t = time.monotonic()
+        r = c.post(srv.url + "/v1/completions", json={"model": MODEL_NAME, "prompt": "Hi", "max_tokens": 2},
+                   headers=auth(), timeout=10)
+        dt = time.monotonic() - t
+        info(f"over the cap: HTTP {r.status_code} in {dt * 1000:.0f} ms, Retry-After {r.headers.get('retry-after')!r}")
+        check(r.status_code == 503 and r.headers.get("retry-after") == "1" and dt < 2.0,
+              f"over the cap: HTTP {r.status_code}, Retry-After {r.headers.get('retry-after')!r}, {dt:.2f} s")
+        check("error" in r.json(), f"the 503 body is not an error object: {r.text[:200]!r}")
+        c.close()
+    finally:
+        for s in socks:
+            s.close()
+    time.sleep(0.5)
+    text, fin, _, _ = complete(srv, "Hello", 2)
+    check(fin in ("stop", "length"), f"after the stalled clients left: finish_reason {fin!r}")
+
+
 def prefix_cache_check(srv: Server):
     prompt = prose(0.63, 1500)
     m0 = metrics(srv)
@@ -1077,6 +1192,9 @@ TESTS = [
     test_greedy_matches_run_bf16,
     test_concurrent_equals_sequential,
     test_disconnect_frees_pages,
+    test_nonstreaming_disconnect,
+    test_slow_clients,
+    test_connection_cap,
     test_prefix_cache_bf16,
     test_bad_requests,
     test_metrics,

@@ -3,10 +3,13 @@
 #include <httplib.h>
 #include <fmt/format.h>
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <random>
 
 #include "oscar/core/error.h"
+#include "oscar/serve/connection_pool.h"
 
 namespace oscar::serve {
 
@@ -15,6 +18,10 @@ namespace {
 using json = nlohmann::json;
 constexpr auto kPoll = std::chrono::milliseconds(100);
 constexpr auto kKeepAlive = std::chrono::seconds(2);  // an SSE comment after this long without output
+// A non-streaming request not finished by then gets its headers (200) and a space every
+// poll until its JSON: a write to a client that has gone fails, and the request is
+// cancelled, as a stream's is. JSON allows leading whitespace.
+constexpr auto kFirstByteDelay = std::chrono::seconds(1);
 
 void reply_json(httplib::Response& res, int status, const json& j) {
   res.status = status;
@@ -144,6 +151,65 @@ class SseStream {
   std::chrono::steady_clock::time_point last_write_;
 };
 
+// A non-streaming request's answer, gathered as the engine produces it.
+class WholeReply {
+ public:
+  WholeReply(std::shared_ptr<RequestState> st, Endpoint e, std::string model, bool logprobs)
+      : st_(std::move(st)), e_(e), model_(std::move(model)), logprobs_(logprobs) {}
+
+  // Gathers output for up to `d`; true when the request has finished.
+  bool wait(std::chrono::steady_clock::duration d) {
+    const auto end = std::chrono::steady_clock::now() + d;
+    while (!finished_ && std::chrono::steady_clock::now() < end) gather();
+    return finished_;
+  }
+  const std::string& error() const { return out_.error; }
+  json body() const {
+    const std::string id = random_id(e_ == Endpoint::chat ? "chatcmpl-" : "cmpl-");
+    const auto* lp = logprobs_ ? &lps_ : nullptr;
+    return e_ == Endpoint::chat ? chat_response(id, unix_now(), model_, text_, out_.finish_reason, out_.usage, lp)
+                                : completion_response(id, unix_now(), model_, text_, out_.finish_reason, out_.usage, lp);
+  }
+
+  // One call of httplib's chunked content provider: false ends the connection. An error
+  // after the 200 went out arrives as the body {"error": ...}.
+  bool next(httplib::DataSink& sink) {
+    gather();
+    if (!finished_) return write(sink, " ");
+    const std::string s = out_.error.empty() ? body().dump() : error_json(out_.error, "server_error", "").dump();
+    if (!write(sink, s)) return false;
+    done_ = true;
+    sink.done();
+    return true;
+  }
+  // The connection is over: unfinished means the client left.
+  void release() {
+    if (!done_) st_->cancel();
+  }
+
+ private:
+  void gather() {
+    GenerationOutput o = st_->take(kPoll);
+    text_ += o.text;
+    lps_.insert(lps_.end(), o.logprobs.begin(), o.logprobs.end());
+    if (o.finished) finished_ = true, out_ = std::move(o);
+  }
+  bool write(httplib::DataSink& sink, const std::string& s) {
+    if (sink.write(s.data(), s.size())) return true;
+    st_->cancel();
+    return false;
+  }
+
+  std::shared_ptr<RequestState> st_;
+  Endpoint e_;
+  std::string model_;
+  bool logprobs_;
+  std::string text_;
+  std::vector<TokenLogprob> lps_;
+  GenerationOutput out_;
+  bool finished_ = false, done_ = false;
+};
+
 }  // namespace
 
 bool keys_equal(std::string_view expected, std::string_view given) {
@@ -155,12 +221,22 @@ bool keys_equal(std::string_view expected, std::string_view given) {
 
 HttpServer::HttpServer(ServerConfig config, Metrics& metrics)
     : config_(std::move(config)), metrics_(metrics), svr_(std::make_unique<httplib::Server>()) {
-  const int n = std::max(config_.http_threads, 4);
-  svr_->new_task_queue = [n] { return new httplib::ThreadPool(size_t(n)); };
+  const int workers = std::max(config_.max_connections, 4), overflow = std::max(config_.max_overflow, 0);
+  svr_->new_task_queue = [workers, overflow] { return new ConnectionPool(workers, overflow); };
   svr_->set_payload_max_length(config_.max_body_bytes);
-  svr_->set_keep_alive_timeout(5);
-  svr_->set_read_timeout(30);
+  // httplib waits for a socket to be readable and then reads it, each with this timeout, so
+  // a connection that stalls is closed after two or three of them: half of read_timeout_s
+  // (measured, 1,000 connections stalled in their body and one in its headers: closed
+  // 10.0-10.2 s after they stalled with the whole 5 s, 7.5-7.8 s with half).
+  svr_->set_keep_alive_timeout(config_.read_timeout_s);
+  const int half_ms = config_.read_timeout_s * 500;
+  svr_->set_read_timeout(half_ms / 1000, (half_ms % 1000) * 1000);
   svr_->set_write_timeout(30);
+  // httplib's options, and the listening socket kept: bind() raises its backlog.
+  svr_->set_socket_options([this](int sock) {
+    httplib::default_socket_options(sock);
+    listen_fd_ = sock;
+  });
   routes();
 }
 
@@ -170,6 +246,9 @@ int HttpServer::bind() {
   const int port = config_.port == 0 ? svr_->bind_to_any_port(config_.host)
                                      : (svr_->bind_to_port(config_.host, config_.port) ? config_.port : -1);
   if (port < 0) fail("cannot listen on {}:{} (in use, or not an address of this machine)", config_.host, config_.port);
+  // httplib listens with a backlog of 5: a burst of connections (or a moment without the
+  // accepting thread) drops SYNs, and each dropped client waits a second to retry.
+  if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
   return port;
 }
 
@@ -217,6 +296,13 @@ void HttpServer::routes() {
   // httplib's parser refuses it, see the error handler). The connection closes after the
   // answer: a request refused here has not had its body read.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (ConnectionPool::overloaded()) {  // accepted over --max-connections
+      reply_error(res, 503, fmt::format("the server is serving {} connections, its limit; retry shortly",
+                                        config_.max_connections), status_type(503));
+      res.set_header("Retry-After", "1");
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     size_t header_bytes = 0;
     for (const auto& [k, v] : req.headers) header_bytes += k.size() + v.size() + 4;
     if (header_bytes <= config_.max_header_bytes) return httplib::Server::HandlerResponse::Unhandled;
@@ -289,25 +375,16 @@ void HttpServer::routes() {
             [stream](bool) { stream->release(); });
         return;
       }
-      // Non-streaming: wait for the end. (httplib 0.11 cannot see a client leave here; the
-      // request then runs to its max_tokens.)
-      std::string text;
-      std::vector<TokenLogprob> lps;
-      GenerationOutput out;
-      do {
-        out = st->take(kPoll);
-        text += out.text;
-        lps.insert(lps.end(), out.logprobs.begin(), out.logprobs.end());
-      } while (!out.finished);
-      if (!out.error.empty()) {
-        reply_error(res, 500, out.error, "server_error");
-        return;
+      // Non-streaming: the whole answer at once if it is ready within kFirstByteDelay (then
+      // an error can still be a 500); otherwise chunked, a space every poll until the JSON.
+      auto reply = std::make_shared<WholeReply>(st, e, model_name, cr.logprobs);
+      if (reply->wait(kFirstByteDelay)) {
+        if (!reply->error().empty()) return reply_error(res, 500, reply->error(), "server_error");
+        return reply_json(res, 200, reply->body());
       }
-      const std::string id = random_id(e == Endpoint::chat ? "chatcmpl-" : "cmpl-");
-      const auto* lp = cr.logprobs ? &lps : nullptr;
-      reply_json(res, 200,
-                 e == Endpoint::chat ? chat_response(id, unix_now(), model_name, text, out.finish_reason, out.usage, lp)
-                                     : completion_response(id, unix_now(), model_name, text, out.finish_reason, out.usage, lp));
+      res.set_chunked_content_provider(
+          "application/json", [reply](size_t, httplib::DataSink& sink) { return reply->next(sink); },
+          [reply](bool) { reply->release(); });
     };
   };
   s.Post("/v1/chat/completions", completion(Endpoint::chat));

@@ -26,7 +26,11 @@ struct ServerConfig {
   std::string model_name;               // the id /v1/models lists
   size_t max_body_bytes = 8u << 20;     // larger bodies get 413
   size_t max_header_bytes = 8u << 10;   // larger header blocks get 431
-  int http_threads = 32;
+  // Connections served at once, a thread each (connection_pool.h); up to max_overflow more
+  // are answered 503 with Retry-After.
+  int max_connections = 1024;
+  int max_overflow = 64;
+  int read_timeout_s = 5;               // a stalled connection is closed after 1-1.5 times this
 };
 
 // What the routes serve once the model is loaded.
@@ -55,6 +59,7 @@ class HttpServer {
   ServedModel model_;
   std::atomic<bool> ready_{false};
   std::unique_ptr<httplib::Server> svr_;
+  int listen_fd_ = -1;  // the listening socket, whose backlog bind() raises
 };
 
 // Constant-time comparison for API keys (no early exit on the first differing byte).
