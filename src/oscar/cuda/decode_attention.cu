@@ -550,6 +550,7 @@ __device__ __forceinline__ void decode_chunk(const DecodeAttentionParams& p, int
         pr[0] = exp2f(s[0] - m_new);
         pr[1] = exp2f(s[1] - m_new);
         const float sum = warp_sum(pr[0] + pr[1]);
+        __syncwarp();  // every lane has read sm[h] before lane 0 writes it (compute-sanitizer racecheck)
         if (lane == 0) {
           const float alpha = exp2f(m_old - m_new);  // 0 on the first tile (m_old = −inf)
           salpha[h] = alpha;
