@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <random>
 
 #include "oscar/core/error.h"
@@ -269,6 +270,12 @@ void HttpServer::routes() {
   // Every error leaves as JSON: routes that set no body (404, 413 from httplib) get one here.
   s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (res.status == 400 && req.has_header("Content-Length") &&
+        req.body.size() < size_t(std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10))) {
+      // The body ended early or stalled past the read timeout.
+      reply_error(res, 400, "the request body ended before its Content-Length, or stalled", status_type(400));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (res.status == 400 && !req.method.empty()) {
       // httplib's parser read the request line but gave up on a header: in practice one
       // line over its 8 KiB limit (a malformed line lands here too).
