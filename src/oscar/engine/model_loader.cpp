@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "oscar/attention/attention_decode_kernels.h"
 #include "oscar/core/clock.h"
 #include "oscar/core/error.h"
 #include "oscar/core/thread_pool.h"
@@ -21,6 +22,17 @@
 namespace oscar::engine {
 
 namespace {
+
+// What the engine's attention kernels take (decode_attention on the CPU, the device's likewise):
+// refused at load, naming the file, rather than at the first decode step.
+void check_engine_supports(const std::string& file, const ModelConfig& c) {
+  if (c.head_dim % 8 != 0 || c.head_dim > kMaxDecodeHeadDim)
+    fail("{}: model config: head_dim = {} is not supported (a multiple of 8 up to {})", file, c.head_dim,
+         kMaxDecodeHeadDim);
+  if (c.n_heads / c.n_kv_heads > kMaxDecodeGroup)
+    fail("{}: model config: n_heads / n_kv_heads = {} is not supported (at most {} query heads per KV head)", file,
+         c.n_heads / c.n_kv_heads, kMaxDecodeGroup);
+}
 std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", double(bytes) / (1LL << 30)); }
 }  // namespace
 
@@ -108,47 +120,53 @@ LoadedModel load_model(const ModelOptions& o) {
     wants_rotations = kv.uses_rotation(KvRotation::calibrated, n_layers);
   };
   const WeightStorage storage = o.weights == "f32" ? WeightStorage::f32 : WeightStorage::native;
-  // Every refusal names the model file (the tokenizer's and the weights' checks name only
-  // the field).
-  try {
-    if (std::filesystem::is_directory(o.model) || o.model.ends_with(".safetensors")) {
-      src = open_weight_source(o.model);
-      check_layers(src->config().n_layers);
-      const std::string dir =
-          std::filesystem::is_directory(o.model) ? o.model : std::filesystem::path(o.model).parent_path().string();
-      m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_hf(dir));
-      tmpl = hf_chat_template(dir);
-    } else {
-      check_model_exists(o.model);
-      // Parsed once: the tokenizer's arrays (152K strings on Qwen2.5) cost tens of MB a copy.
-      gguf::GgufFile f = gguf::GgufFile::open(o.model);
-      check_layers(gguf_model_config(f).n_layers);
-      m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(f));
-      tmpl = f.get_string("tokenizer.chat_template", "");
-      if (!rotations && wants_rotations) rotations = read_embedded_rotations(f);
-      src = open_gguf_source(std::move(f));
+  // Refusals of the model's own contents name its file (the tokenizer's and the weights'
+  // checks name only the field); a flag's refusal stays as it is.
+  const auto named = [&o](auto&& step) -> decltype(auto) {
+    try {
+      return step();
+    } catch (const Error& e) {
+      if (std::string_view(e.what()).find(o.model) != std::string_view::npos) throw;
+      fail("{}: {}", o.model, e.what());
     }
-    m.chat_template = detect_chat_template(tmpl, arch_name(src->config().arch));
-    m.default_system = default_system_message(tmpl);
-    if (apply_calibrated_layer_types(kv, o, rotations ? &*rotations : nullptr, n_layers))
-      fmt::print(stderr, "KV per-layer types from the rotations (calibrated for {:.2f} bits): {} (--kv-layers none: uniform)\n",
-                 rotations->kv_budget_bits, rotations->kv_layers);
-    if (rotations && kv.rotation == KvRotation::calibrated && !kv.k_scale &&
-        std::any_of(rotations->layers.begin(), rotations->layers.end(), [](const LayerRotation& l) { return !l.k_scale.empty(); }))
-      fmt::print(stderr, "note: the rotations carry a per-channel key scale (their R_K was fitted for scaled queries); "
-                         "add --k-scale to use it\n");
-    // --device cuda streams the native views to the device (engine/cuda/device_weight_loader.h):
-    // the host never holds the model as f32.
-    m.transformer = std::make_unique<Transformer>(load_model_weights(*src, storage));
-    if (rotations) apply_clip_flags(o, *rotations);
-    m.transformer->configure_kv(kv, rotations ? &*rotations : nullptr);
-    if (m.tokenizer->n_vocab() != m.transformer->config().n_vocab)
-      fail("'{}': tokenizer has {} tokens but the embedding has {} rows", o.model, m.tokenizer->n_vocab(),
-           m.transformer->config().n_vocab);
-  } catch (const Error& e) {
-    if (std::string_view(e.what()).find(o.model) != std::string_view::npos) throw;
-    fail("{}: {}", o.model, e.what());
+  };
+  if (std::filesystem::is_directory(o.model) || o.model.ends_with(".safetensors")) {
+    src = named([&] { return open_weight_source(o.model); });
+    check_engine_supports(o.model, src->config());
+    check_layers(src->config().n_layers);
+    const std::string dir =
+        std::filesystem::is_directory(o.model) ? o.model : std::filesystem::path(o.model).parent_path().string();
+    m.tokenizer = named([&] { return std::make_unique<Tokenizer>(tokenizer_data_from_hf(dir)); });
+    tmpl = hf_chat_template(dir);
+  } else {
+    check_model_exists(o.model);
+    // Parsed once: the tokenizer's arrays (152K strings on Qwen2.5) cost tens of MB a copy.
+    gguf::GgufFile f = gguf::GgufFile::open(o.model);
+    const ModelConfig config = gguf_model_config(f);
+    check_engine_supports(o.model, config);
+    check_layers(config.n_layers);
+    m.tokenizer = named([&] { return std::make_unique<Tokenizer>(tokenizer_data_from_gguf(f)); });
+    tmpl = f.get_string("tokenizer.chat_template", "");
+    if (!rotations && wants_rotations) rotations = read_embedded_rotations(f);
+    src = open_gguf_source(std::move(f));
   }
+  m.chat_template = detect_chat_template(tmpl, arch_name(src->config().arch));
+  m.default_system = default_system_message(tmpl);
+  if (apply_calibrated_layer_types(kv, o, rotations ? &*rotations : nullptr, n_layers))
+    fmt::print(stderr, "KV per-layer types from the rotations (calibrated for {:.2f} bits): {} (--kv-layers none: uniform)\n",
+               rotations->kv_budget_bits, rotations->kv_layers);
+  if (rotations && kv.rotation == KvRotation::calibrated && !kv.k_scale &&
+      std::any_of(rotations->layers.begin(), rotations->layers.end(), [](const LayerRotation& l) { return !l.k_scale.empty(); }))
+    fmt::print(stderr, "note: the rotations carry a per-channel key scale (their R_K was fitted for scaled queries); "
+                       "add --k-scale to use it\n");
+  // --device cuda streams the native views to the device (engine/cuda/device_weight_loader.h):
+  // the host never holds the model as f32.
+  m.transformer = std::make_unique<Transformer>(named([&] { return load_model_weights(*src, storage); }));
+  if (rotations) apply_clip_flags(o, *rotations);
+  m.transformer->configure_kv(kv, rotations ? &*rotations : nullptr);
+  if (m.tokenizer->n_vocab() != m.transformer->config().n_vocab)
+    fail("'{}': tokenizer has {} tokens but the embedding has {} rows", o.model, m.tokenizer->n_vocab(),
+         m.transformer->config().n_vocab);
   // The parsed metadata (tens of MB of small strings) is freed here, below the tokenizer's
   // and the weights' allocations, where malloc would keep it resident: hand it back.
   src.reset();

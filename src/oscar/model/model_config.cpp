@@ -1,6 +1,5 @@
 #include "oscar/model/model_config.h"
 
-#include "oscar/attention/attention_decode_kernels.h"
 #include "oscar/core/error.h"
 
 namespace oscar {
@@ -35,11 +34,7 @@ void ModelConfig::validate() const {
   positive("n_ctx_train (the trained context length)", n_ctx_train);
   if (n_heads % n_kv_heads != 0)
     fail("model config: n_heads = {} is not a multiple of n_kv_heads = {}", n_heads, n_kv_heads);
-  if (head_dim % 8 != 0 || head_dim > kMaxDecodeHeadDim)
-    fail("model config: head_dim = {} is not supported (a multiple of 8 up to {})", head_dim, kMaxDecodeHeadDim);
-  if (n_heads / n_kv_heads > kMaxDecodeGroup)
-    fail("model config: n_heads / n_kv_heads = {} is not supported (at most {} query heads per KV head)",
-         n_heads / n_kv_heads, kMaxDecodeGroup);
+  if (head_dim % 2 != 0) fail("model config: head_dim = {} must be even for RoPE", head_dim);
   if (!(rms_eps > 0.0f && rms_eps < 1.0f)) fail("model config: rms_eps = {} is out of range", rms_eps);
   if (!(rope_theta > 0.0f)) fail("model config: rope_theta = {} must be positive", rope_theta);
   if (!(rope_scaling.factor > 0.0f)) fail("model config: rope scaling factor = {} must be positive", rope_scaling.factor);
