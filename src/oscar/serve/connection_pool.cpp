@@ -70,9 +70,4 @@ void ConnectionPool::shutdown() {
   done_cv_.wait(lock, [this] { return workers_ == 0 && overflow_ == 0; });
 }
 
-ConnectionPool::Counts ConnectionPool::counts() const {
-  std::lock_guard g(m_);
-  return {workers_, idle_, overflow_, static_cast<int>(jobs_.size())};
-}
-
 }  // namespace oscar::serve

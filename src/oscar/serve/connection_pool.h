@@ -27,14 +27,9 @@ class ConnectionPool final : public httplib::TaskQueue {
   // Whether the calling thread serves a connection accepted over the cap.
   static bool overloaded();
 
-  struct Counts {
-    int workers, idle, overflow, queued;
-  };
-  Counts counts() const;
-
  private:
   void work(std::function<void()> fn);
-  mutable std::mutex m_;
+  std::mutex m_;
   std::condition_variable jobs_cv_, done_cv_;
   std::deque<std::function<void()>> jobs_;
   int max_workers_, max_overflow_;

@@ -81,6 +81,13 @@ std::vector<int32_t> prompt_tokens(const CompletionRequest& cr, const ServedMode
   return ids;
 }
 
+// Writes to the client; a failed write means it has gone, and its request is cancelled.
+bool write_or_cancel(httplib::DataSink& sink, const std::string& s, RequestState& st) {
+  if (sink.write(s.data(), s.size())) return true;
+  st.cancel();
+  return false;
+}
+
 // Streams one request's output as server-sent events.
 class SseStream {
  public:
@@ -133,10 +140,7 @@ class SseStream {
 
  private:
   bool write(httplib::DataSink& sink, const std::string& s) {
-    if (!sink.write(s.data(), s.size())) {
-      st_->cancel();
-      return false;
-    }
+    if (!write_or_cancel(sink, s, *st_)) return false;
     last_write_ = std::chrono::steady_clock::now();
     return true;
   }
@@ -195,11 +199,7 @@ class WholeReply {
     lps_.insert(lps_.end(), o.logprobs.begin(), o.logprobs.end());
     if (o.finished) finished_ = true, out_ = std::move(o);
   }
-  bool write(httplib::DataSink& sink, const std::string& s) {
-    if (sink.write(s.data(), s.size())) return true;
-    st_->cancel();
-    return false;
-  }
+  bool write(httplib::DataSink& sink, const std::string& s) { return write_or_cancel(sink, s, *st_); }
 
   std::shared_ptr<RequestState> st_;
   Endpoint e_;
