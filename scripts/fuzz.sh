@@ -24,12 +24,9 @@ while [[ $# -gt 0 ]]; do
 done
 all=(gguf safetensors torch_pt tokenizer chat_template rotation_manifest request)
 [[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
-build="${OSCAR_BUILD}-fuzz"
-
-command -v clang++-14 >/dev/null || { echo "fuzz.sh: clang++-14 not found (scripts/setup.sh installs it)" >&2; exit 1; }
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-  -DOSCAR_FUZZ=ON -DOSCAR_CUDA=OFF -DOSCAR_WERROR=OFF >/dev/null
-cmake --build "$build" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
+source "$here/sanitized_build.sh"
+build="$sanitized_build"
+sanitized_build_targets "${targets[@]/#/fuzz_}"
 
 # Seeds per target: directories (their files) and single files, the crafted bad files
 # (tests/data/crafted/) among them.

@@ -8,11 +8,9 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/env.sh"
 cd "$here/.."
-build="${OSCAR_BUILD}-fuzz"
-command -v clang++-14 >/dev/null || { echo "soak.sh: clang++-14 not found (scripts/setup.sh installs it)" >&2; exit 1; }
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-  -DOSCAR_FUZZ=ON -DOSCAR_CUDA=OFF -DOSCAR_WERROR=OFF >/dev/null
-cmake --build "$build" -j "$(nproc)" --target oscar
+source "$here/sanitized_build.sh"
+build="$sanitized_build"
+sanitized_build_targets oscar
 [[ -f "$OSCAR_MODEL" ]] || { echo "soak.sh: no model at $OSCAR_MODEL (scripts/setup.sh)" >&2; exit 1; }
 exec "$OSCAR_VENV/bin/python" bench/serve_soak.py --oscar "$build/oscar" --model "$OSCAR_MODEL" \
   --text "$OSCAR_EVAL_TEXT" "$@"
