@@ -696,7 +696,7 @@ constexpr int kMergeThreads = 256;
 template <int kDim>
 __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeAttentionParams p, int n_slots) {
   wait_for_prior_grid();  // the partials (launched as a programmatic dependent of the split)
-  allow_dependent_launch();  // the output projection may start prefetching its weights
+  allow_dependent_launch();  // the output projection is scheduled meanwhile
   constexpr int kWarpsM = kMergeThreads / 32, kVec = kDim / 32;
   using Vec = std::conditional_t<kVec == 4, float4, float2>;
   __shared__ float s_red[kWarpsM];

@@ -41,7 +41,7 @@ __device__ uint16_t bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfl
 // One CTA per row, about 4 values per thread (up to 1024 threads) so that a row's loads are
 // in flight together; y16 (optional) also gets the row as BF16 for a matrix product.
 // rmsnorm, swiglu and argmax are launched as programmatic dependents (launch.h) and let the
-// next kernel (a decode step's product, which prefetches its weights) start at once.
+// next kernel (a decode step's product) be scheduled while they run.
 __global__ void rmsnorm_kernel(const float* x, const float* w, float* y, uint16_t* y16, int n, float eps) {
   __shared__ double red[32];
   wait_for_prior_grid();
