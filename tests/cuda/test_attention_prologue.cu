@@ -223,7 +223,7 @@ void run_attention_prologue_tests(uint32_t seed) {
       {2, 8, 8, 64, true, true, true, true},      // MHA, everything
       {4, 12, 2, 128, false, false, true, false, true, true},  // Qwen2.5-1.5B, int2-oscar: --k-mean, --k-bias-split
       {3, 4, 2, 64, false, true, true, true, false, true},     // interleaved pairs, key bias, both rotations
-      // A prefill's rows (from 64): 4 heads per CTA, including a partial last group.
+      // A prefill's rows (from 64): 8 heads per CTA, including a partial last group.
       {70, 32, 8, 128, true, false, true, false, true},
       {65, 6, 1, 128, false, false, true, true, true},
       {64, 12, 2, 64, false, true, true, true, false, true},
