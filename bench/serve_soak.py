@@ -18,6 +18,10 @@ wave, and RSS after the run within --max-rss-growth (5 %) of RSS after the first
 writes one JSON row; exits 1 on any failure.
 
   serve_soak.py --oscar build-fuzz/oscar --model M.gguf --text eval.txt --seconds 60
+
+On a GPU (--device cuda) the server can run under a checker, e.g.
+  --wrap "compute-sanitizer --tool memcheck"; its reports count as sanitizer reports, and the
+RSS checked is the server's own, not the checker's.
 """
 import argparse
 import datetime
@@ -35,12 +39,14 @@ import time
 
 import httpx
 
-SANITIZER = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMARY: UndefinedBehaviorSanitizer")
+SANITIZER = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMARY: UndefinedBehaviorSanitizer"
+                       r"|ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]")
 
 
 def start_server(a, log_path):
-    cmd = [a.oscar, "serve", "-m", a.model, "--kv", a.kv, "-c", str(a.ctx), "--max-seqs", str(a.max_seqs),
-           "--kv-mem", str(a.kv_mem), "--port", "0", "-t", str(a.threads), "--model-name", "soak"]
+    cmd = a.wrap.split() + [a.oscar, "serve", "-m", a.model, "--kv", a.kv, "-c", str(a.ctx), "--max-seqs",
+                            str(a.max_seqs), "--kv-mem", str(a.kv_mem), "--port", "0", "-t", str(a.threads),
+                            "--model-name", "soak", "--device", a.device]
     log = open(log_path, "w")
     # A small quarantine: ASan's default keeps 256 MB of freed memory, which reads as RSS growth.
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:quarantine_size_mb=16",
@@ -68,6 +74,24 @@ def metrics(url):
         key = name.split("{")[0]
         vals[key] = vals.get(key, 0.0) + float(v)
     return vals
+
+
+def server_pid(proc, a):
+    """The server's own process: proc itself, or under --wrap the descendant running oscar."""
+    if not a.wrap:
+        return proc.pid
+    todo = [proc.pid]
+    while todo:
+        pid = todo.pop()
+        try:
+            if os.path.basename(open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode()) == \
+                    os.path.basename(a.oscar):
+                return pid
+            for t in os.listdir(f"/proc/{pid}/task"):
+                todo += [int(c) for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+        except OSError:
+            continue
+    return proc.pid
 
 
 def rss_kb(pid):
@@ -254,6 +278,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--prompt-chars", type=int, default=400)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--wrap", default="", help="a command the server runs under (compute-sanitizer ...)")
     ap.add_argument("--max-rss-growth", type=float, default=0.05,
                     help="largest RSS growth from the first wave to the last (a fraction)")
     ap.add_argument("--seed", type=int, default=1)
@@ -305,7 +331,7 @@ def main():
             if not idle:
                 stats.fail(f"wave {w}: not back to idle: running {m.get('oscar_requests_running')}, waiting "
                            f"{m.get('oscar_requests_waiting')}, pages {m.get('oscar_kv_pages_used')} (idle {pages0})")
-            rss.append(rss_kb(proc.pid))
+            rss.append(rss_kb(server_pid(proc, a)))
             waves.append({"wave": w, "pages_after": m.get("oscar_kv_pages_used"), "rss_kb": rss[-1],
                           "peak_waiting": peak_wait})
         stop_stall.set()
@@ -319,7 +345,7 @@ def main():
         stats.fail(f"{type(e).__name__}: {e}")
     finally:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+            os.kill(server_pid(proc, a), signal.SIGTERM)  # the server itself: a checker may not pass it on
             try:
                 proc.wait(120)
             except subprocess.TimeoutExpired:
@@ -334,6 +360,8 @@ def main():
     row.update(stats.c)
     row["bad_4xx_rate"] = (stats.c.get("bad_4xx", 0) / stats.c["bad"]) if stats.c.get("bad") else None
     row["failures_list"] = stats.failures
+    if stats.failures:
+        print(f"the server's log ({log_path}), last lines:\n" + "\n".join(log.splitlines()[-30:]), file=sys.stderr)
     row["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     print(json.dumps(row, indent=1))
     if a.out:

@@ -10,7 +10,7 @@ source "$here/env.sh"
 cd "$here/.."
 bin="$OSCAR_BUILD/oscar"
 [[ -x "$bin" ]] || { echo "device_bundle: build oscar first ($bin)" >&2; exit 1; }
-objdump -p "$bin" | grep -q "libcudart" || { echo "device_bundle: $bin has no CUDA backend (configure with nvcc)" >&2; exit 1; }
+grep -q "libcudart" <(objdump -p "$bin") || { echo "device_bundle: $bin has no CUDA backend (configure with nvcc)" >&2; exit 1; }
 out=.device
 rm -rf "$out"
 mkdir -p "$out/lib" "$out/data" "$out/wheels"

@@ -6,24 +6,28 @@
 # A crash, a leak, a UBSan report, a timeout or a failed expectation fails the script,
 # leaving the input in $OSCAR_BUILD-fuzz/findings/. A summary line per target gives the
 # executions, the coverage and the corpus size.
-#   bash scripts/fuzz.sh [--seconds N | --runs N] [target ...]
+#   bash scripts/fuzz.sh [--seconds N] [--runs N] [target ...]
+# With both, each target stops at whichever comes first (the long runs: 10^7 executions
+# or one CPU-hour).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/env.sh"
 cd "$here/.."
-seconds=10
+seconds=
 runs=()
 targets=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
-    --runs) runs=(-runs="$2"); seconds=0; shift 2 ;;  # a number of executions instead of a time
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --runs) runs=(-runs="$2"); shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
 all=(gguf safetensors torch_pt tokenizer chat_template rotation_manifest request)
 [[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
+# No limit given: a 10-s smoke. --runs alone: no time limit (libFuzzer's 0).
+[[ -n $seconds ]] || { [[ ${#runs[@]} -gt 0 ]] && seconds=0 || seconds=10; }
 source "$here/sanitized_build.sh"
 build="$sanitized_build"
 sanitized_build_targets "${targets[@]/#/fuzz_}"
