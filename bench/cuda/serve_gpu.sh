@@ -5,7 +5,8 @@
 #   test   the server test (tests/serve/server_test.py --device cuda) on a SmolLM2-shaped
 #          model with random weights that `oscar make-model` writes here
 #   soak   bench/serve_soak.py with the server under compute-sanitizer (SOAK_TOOL: memcheck, or
-#          racecheck / synccheck) on the random SmolLM2-shaped model: SOAK_SECONDS (90) of 16
+#          racecheck / synccheck; SOAK_SANITIZER_ARGS: more of its flags) on the random
+#          SmolLM2-shaped model: SOAK_SECONDS (90) of 16
 #          streaming clients over capacity, 30 % leaving mid-stream, 10 % malformed, 50 stalled;
 #          the row to $OUT/soak_gpu_<tool>.json
 #   model  a Qwen3-8B-shaped GGUF with random BF16 weights (/tmp/oscar-qwen3-8b.gguf) and
@@ -50,7 +51,7 @@ for phase in "$@"; do
       echo "== server soak on the GPU under compute-sanitizer $tool"
       [[ -f /tmp/oscar-smol.gguf ]] || "$bin" make-model --shape smollm2-135m -o /tmp/oscar-smol.gguf || exit 1
       "$py" bench/serve_soak.py --oscar "$bin" --model /tmp/oscar-smol.gguf --text .device/data/eval.txt --device cuda \
-        --wrap "compute-sanitizer --tool $tool" --seconds "${SOAK_SECONDS:-90}" --waves 2 --clients 16 --stalled 50 --kv-mem 400 \
+        --wrap "compute-sanitizer --tool $tool ${SOAK_SANITIZER_ARGS:-}" --seconds "${SOAK_SECONDS:-90}" --waves 2 --clients 16 --stalled 50 --kv-mem 400 \
         --max-rss-growth 0.2 --out "$out/soak_gpu_$tool.json" 2>&1 | tail -25
       ;;
     model)
