@@ -5,7 +5,7 @@ Starts the server (meant for a build with ASan and UBSan: scripts/soak.sh builds
 default model, gets each prompt's greedy output from quiet requests first, then runs waves
 of load for --seconds in all:
   - --clients streaming clients back to back, over the server's sequence and KV capacity
-    (--max-seqs, --kv-mem), so that the queue and preemption work;
+    (--max-seqs, --kv-mem; --output-reserve 0 by default), so that the queue and preemption work;
   - --disconnect of their requests leave mid-stream;
   - --bad of them are malformed (truncated JSON, wrong types, negative or huge numbers, a
     10 MB body, a 64 KB header, invalid UTF-8, empty messages), each of which must get a 4xx;
@@ -48,7 +48,7 @@ SANITIZER = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|
 def start_server(a, log_path):
     cmd = a.wrap.split() + [a.oscar, "serve", "-m", a.model, "--kv", a.kv, "-c", str(a.ctx), "--max-seqs",
                             str(a.max_seqs), "--kv-mem", str(a.kv_mem), "--port", "0", "-t", str(a.threads),
-                            "--model-name", "soak", "--device", a.device]
+                            "--model-name", "soak", "--device", a.device, "--output-reserve", str(a.output_reserve)]
     log = open(log_path, "w")
     # A small quarantine: ASan's default keeps 256 MB of freed memory, which reads as RSS growth.
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:quarantine_size_mb=16",
@@ -285,6 +285,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--prompt-chars", type=int, default=400)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--output-reserve", type=float, default=0.0,
+                    help="the server's --output-reserve: 0 admits by the prompt alone and preempts when pages run out")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--wrap", default="", help="a command the server runs under (compute-sanitizer ...)")
     ap.add_argument("--warmup-waves", type=int, default=1, help="waves before the RSS baseline (at least 1)")
