@@ -360,5 +360,32 @@ TEST(RotationIo, ManifestFileNamesStayInTheDirectory) {
   EXPECT_EQ(read_rotation_dir(t.path.string()).layers.size(), 2u);
 }
 
+// An integer field given as a float (1e300 was undefined behaviour in the conversion, found by
+// fuzz_rotation_manifest), as an integer out of int's range, or as a fraction is refused by
+// name; the same value as a whole integer still loads.
+TEST(RotationIo, IntegerFieldsMustBeIntegersInRange) {
+  TempDir t("int_fields");
+  write_rotation_dir(sample_set(16, 2), t.path.string());
+  const auto original = read_manifest(t.path);
+  for (const char* key : {"sink_tokens", "recent_tokens", "group_size"}) {
+    for (const nlohmann::json& bad : {nlohmann::json(1e300), nlohmann::json(3.5), nlohmann::json(int64_t(1) << 40),
+                                      nlohmann::json(uint64_t(1) << 63)}) {
+      auto m = original;
+      m[key] = bad;
+      write_manifest(t.path, m);
+      const std::string e = read_error(t.path);
+      EXPECT_NE(e.find(std::string("'") + key + "' must be an integer"), std::string::npos) << key << " = " << bad << ": " << e;
+    }
+  }
+  auto m = original;
+  m["layers"][1]["layer"] = 6.0e70;
+  write_manifest(t.path, m);
+  EXPECT_NE(read_error(t.path).find("'layer' must be an integer"), std::string::npos) << read_error(t.path);
+  m = original;
+  m["sink_tokens"] = 3;  // the value written, as an integer
+  write_manifest(t.path, m);
+  EXPECT_EQ(read_error(t.path), "(no error)");
+}
+
 }  // namespace
 }  // namespace oscar

@@ -7,7 +7,9 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <type_traits>
 
 #include "oscar/core/error.h"
 #include "oscar/formats/torch_pt.h"
@@ -217,8 +219,20 @@ fs::path pick_file(const fs::path& dir, const nlohmann::json& manifest, const ch
 template <typename T>
 T manifest_get(const nlohmann::json& m, const char* key, T def, const std::string& mpath) {
   if (!m.contains(key)) return def;
+  const nlohmann::json& v = m[key];
+  if constexpr (std::is_integral_v<T>) {
+    // get<int>() converts a float, or an integer out of range, without a check (a float
+    // out of range is undefined behaviour: found by fuzz_rotation_manifest).
+    constexpr auto lo = std::numeric_limits<T>::min();
+    constexpr auto hi = std::numeric_limits<T>::max();
+    const bool ok = v.is_number_integer() &&
+                    (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(hi)
+                                            : v.get<int64_t>() >= int64_t(lo) && v.get<int64_t>() <= int64_t(hi));
+    if (!ok) fail("{}: '{}' must be an integer in [{}, {}], not {}", mpath, key, lo, hi, v.dump().substr(0, 40));
+    return T(v.is_number_unsigned() ? int64_t(v.get<uint64_t>()) : v.get<int64_t>());
+  }
   try {
-    return m[key].get<T>();
+    return v.get<T>();
   } catch (const nlohmann::json::exception& e) {
     fail("{}: '{}' has the wrong type: {}", mpath, key, e.what());
   }
