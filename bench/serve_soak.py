@@ -104,10 +104,6 @@ def proc_status(pid, field):
     return 0
 
 
-def rss_kb(pid):
-    return proc_status(pid, "VmRSS")
-
-
 def raw_request(port, head: bytes, body: bytes, timeout=30):
     """Sends a request over its own socket; returns the status code (0: no answer)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
@@ -344,7 +340,7 @@ def main():
                 stats.fail(f"wave {w}: not back to idle: running {m.get('oscar_requests_running')}, waiting "
                            f"{m.get('oscar_requests_waiting')}, pages {m.get('oscar_kv_pages_used')} (idle {pages0})")
             pid = server_pid(proc, a)
-            rss.append(rss_kb(pid))
+            rss.append(proc_status(pid, "VmRSS"))
             waves.append({"wave": w, "pages_after": m.get("oscar_kv_pages_used"), "rss_kb": rss[-1],
                           "threads": proc_status(pid, "Threads"), "peak_waiting": peak_wait})
         stop_stall.set()

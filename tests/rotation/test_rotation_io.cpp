@@ -380,7 +380,8 @@ TEST(RotationIo, IntegerFieldsMustBeIntegersInRange) {
   auto m = original;
   m["layers"][1]["layer"] = 6.0e70;
   write_manifest(t.path, m);
-  EXPECT_NE(read_error(t.path).find("'layer' must be an integer"), std::string::npos) << read_error(t.path);
+  const std::string e = read_error(t.path);
+  EXPECT_NE(e.find("'layer' must be an integer"), std::string::npos) << e;
   m = original;
   m["sink_tokens"] = 3;  // the value written, as an integer
   write_manifest(t.path, m);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "oscar/core/error.h"
+#include "oscar/formats/json_integer.h"
 
 namespace oscar {
 
@@ -53,13 +54,10 @@ class Fields {
 
  private:
   int to_int(const json& v, const char* key) const {
-    if (!v.is_number_integer()) fail("{}: '{}{}' must be an integer", file_, prefix_, key);
-    const int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())
-                          ? std::numeric_limits<int64_t>::max()
-                          : v.get<int64_t>();
-    if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
-      fail("{}: '{}{}' = {} is out of range", file_, prefix_, key, x);
-    return int(x);
+    const JsonInteger x = json_integer(v, std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
+    if (!x.integer) fail("{}: '{}{}' must be an integer", file_, prefix_, key);
+    if (!x.in_range) fail("{}: '{}{}' = {} is out of range", file_, prefix_, key, x.value);
+    return int(x.value);
   }
 
   const json& j_;

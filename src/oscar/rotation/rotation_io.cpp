@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "oscar/core/error.h"
+#include "oscar/formats/json_integer.h"
 #include "oscar/formats/torch_pt.h"
 
 namespace oscar {
@@ -221,15 +222,12 @@ T manifest_get(const nlohmann::json& m, const char* key, T def, const std::strin
   if (!m.contains(key)) return def;
   const nlohmann::json& v = m[key];
   if constexpr (std::is_integral_v<T>) {
-    // get<int>() converts a float, or an integer out of range, without a check (a float
-    // out of range is undefined behaviour: found by fuzz_rotation_manifest).
+    static_assert(sizeof(T) < sizeof(int64_t), "the range must fit in int64");
     constexpr auto lo = std::numeric_limits<T>::min();
     constexpr auto hi = std::numeric_limits<T>::max();
-    const bool ok = v.is_number_integer() &&
-                    (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(hi)
-                                            : v.get<int64_t>() >= int64_t(lo) && v.get<int64_t>() <= int64_t(hi));
-    if (!ok) fail("{}: '{}' must be an integer in [{}, {}], not {}", mpath, key, lo, hi, v.dump().substr(0, 40));
-    return T(v.is_number_unsigned() ? int64_t(v.get<uint64_t>()) : v.get<int64_t>());
+    const JsonInteger x = json_integer(v, lo, hi);
+    if (!x.in_range) fail("{}: '{}' must be an integer in [{}, {}], not {}", mpath, key, lo, hi, v.dump().substr(0, 40));
+    return T(x.value);
   }
   try {
     return v.get<T>();
