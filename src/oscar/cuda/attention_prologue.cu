@@ -18,20 +18,6 @@ using detail::fail;
 
 constexpr int kPageTokens = 16;
 
-// RMSNorm of the CTA's row (one value per thread, d threads), sum of squares in double as
-// rmsnorm does.
-__device__ float norm_value(float x, const float* w, int d, float eps, double* red) {
-  double ss = double(x) * double(x);
-  for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) red[warp] = ss;
-  __syncthreads();
-  double total = 0.0;
-  for (int i = 0; i < d / 32; ++i) total += red[i];
-  const float inv = float(1.0 / sqrt(total / double(d) + double(eps)));
-  return x * inv * w[threadIdx.x];
-}
-
 // The RoPE pair i = (a, b) that element e of a d-row belongs to, and whether e is its a.
 struct RopePair {
   int i, a, b;
@@ -42,14 +28,50 @@ __device__ RopePair rope_pair(int e, int d, bool interleaved) {
   return {i, interleaved ? 2 * i : i, interleaved ? 2 * i + 1 : i + half, interleaved ? e % 2 == 0 : e < half};
 }
 
-// RoPE of the CTA's row, staged in `row`: this thread's element of its pair, whose cos and
-// sin (of the token's position) the caller computed once for all the CTA's heads.
-__device__ float rope_value(float x, float* row, const RopePair& p, float cs, float sn) {
-  row[threadIdx.x] = x;
+// Each of the CTA's kH rows (one element per thread, d threads) times 1/rms of that row,
+// its sum of squares in double as rmsnorm does. One barrier for all kH rows: per head, the
+// barriers cost a prefill's prologue more than its arithmetic (docs/cuda.md).
+template <int kD, int kH>
+__device__ void rms_scale_rows(float (&x)[kH], float eps, double (*red)[kH]) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int h = 0; h < kH; ++h) {
+    double ss = double(x[h]) * double(x[h]);
+    for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (lane == 0) red[warp][h] = ss;
+  }
   __syncthreads();
-  const float x0 = row[p.a], x1 = row[p.b];
-  __syncthreads();  // row is reused
-  return p.first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
+#pragma unroll
+  for (int h = 0; h < kH; ++h) {
+    double total = 0.0;
+    for (int i = 0; i < kD / 32; ++i) total += red[i][h];
+    x[h] *= float(1.0 / sqrt(total / double(kD) + double(eps)));
+  }
+}
+
+// RoPE of the CTA's kH rows, staged in rows[e][h]: this thread's element of its pair, whose
+// cos and sin (of the token's position) are the same for all the CTA's heads.
+template <int kD, int kH>
+__device__ void rope_rows(float (&x)[kH], float (*rows)[kH], const RopePair& p, float cs, float sn) {
+#pragma unroll
+  for (int h = 0; h < kH; ++h) rows[threadIdx.x][h] = x[h];
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < kH; ++h) {
+    const float x0 = rows[p.a][h], x1 = rows[p.b][h];
+    x[h] = p.first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
+  }
+  __syncthreads();  // rows is reused
+}
+
+// Asks L1 for this warp's columns of R [kD, kD] (one 128-byte line a row), lane l taking rows
+// l, l + 32, ...: issued before the wait on the product before, R (a weight) arrives while
+// that grid finishes and the rows are normed (the B = 1 INT2 decode prologue 12.6 -> 7.3 us a
+// layer, the step 5.05 -> 4.87 ms at 8K, H200).
+template <int kD>
+__device__ void prefetch_rotation(const float* R) {
+  const int lane = threadIdx.x % 32, col = threadIdx.x - lane;
+  for (int i = lane; i < kD; i += 32) asm volatile("prefetch.global.L1 [%0];" ::"l"(R + i * kD + col));
 }
 
 // Element e of row_h·R for the CTA's kH rows at once (R row-major [kD, kD]), staged in
@@ -94,15 +116,22 @@ __device__ void rotate_values(float (&x)[kH], float (*rows)[kH], const float* R)
 }
 
 // --k-bias-split: this thread's coefficient of q'·RoPE(b, t) = Σ_i α_i cos + β_i sin (key_bias.h),
-// from the query after RoPE (x, this thread's element) and the KV head's bias b: the thread
-// holding element a of pair i = (a, b) writes α_i to coef[i], the other β_i to coef[d/2 + i].
-__device__ void key_bias_coef(float x, float* row, int d, bool interleaved, const float* bias, float* coef) {
-  row[threadIdx.x] = x;
+// from the query after RoPE (x[h], this thread's element of row h) and the KV head's bias b:
+// the thread holding element a of pair i = (a, b) writes α_i to coef[i], the other β_i to
+// coef[d/2 + i]. Rows h with a null coef (the KV heads) only pass through the staging.
+template <int kD, int kH>
+__device__ void key_bias_coef_rows(const float (&x)[kH], float (*rows)[kH], const RopePair& p,
+                                   const float* const (&bias)[kH], float* const (&coef)[kH]) {
+#pragma unroll
+  for (int h = 0; h < kH; ++h) rows[threadIdx.x][h] = x[h];
   __syncthreads();
-  const RopePair p = rope_pair(threadIdx.x, d, interleaved);
-  const float qa = row[p.a], qb = row[p.b], ba = bias[p.a], bb = bias[p.b];
-  coef[p.first ? p.i : d / 2 + p.i] = p.first ? qa * ba + qb * bb : qb * ba - qa * bb;
-  __syncthreads();  // row is reused
+#pragma unroll
+  for (int h = 0; h < kH; ++h) {
+    if (!coef[h]) continue;
+    const float qa = rows[p.a][h], qb = rows[p.b][h], ba = bias[h][p.a], bb = bias[h][p.b];
+    coef[h][p.first ? p.i : kD / 2 + p.i] = p.first ? qa * ba + qb * bb : qb * ba - qa * bb;
+  }
+  __syncthreads();  // rows is reused
 }
 
 __device__ uint16_t bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
@@ -114,13 +143,14 @@ __device__ uint16_t bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfl
 // (launch.h).
 template <int kD, int kH>
 __global__ void prologue_kernel(const AttentionPrologueParams p) {
-  __shared__ float row[kD];
   __shared__ __align__(16) float rows[kD][kH];
-  __shared__ double red[kD / 32];
-  detail::wait_for_prior_grid();
-  detail::allow_dependent_launch();
+  __shared__ double red[kD / 32][kH];
   const int b = blockIdx.y, e = threadIdx.x, d = kD, h0 = blockIdx.x * kH;
   const int n_all = p.n_heads + p.n_kv_heads;
+  if (p.rot_k) prefetch_rotation<kD>(p.rot_k);
+  if (p.rot_v && h0 + kH > p.n_heads) prefetch_rotation<kD>(p.rot_v);
+  detail::wait_for_prior_grid();
+  detail::allow_dependent_launch();
   const int t = p.pos[b];
   const double angle_pos = double(t) * p.position_scale;
   const RopePair pair = rope_pair(e, d, p.interleaved);
@@ -128,32 +158,46 @@ __global__ void prologue_kernel(const AttentionPrologueParams p) {
   sincos(angle_pos * p.inv_freq[pair.i], &sd, &cd);
   const float cs = float(cd), sn = float(sd);
 
-  // q (query heads) or k (KV heads) normed and rotated by RoPE; v of the KV heads.
+  // q (query heads) or k (KV heads) normed and rotated by RoPE; v of the KV heads. Each
+  // step takes all kH rows at once (past n_all: zeros, never written).
   float x[kH], v[kH];
 #pragma unroll
   for (int j = 0; j < kH; ++j) {
     const int h = h0 + j;
     x[j] = v[j] = 0.0f;
-    if (h >= n_all) continue;  // (uniform over the CTA)
+    if (h >= n_all) continue;
     if (h < p.n_heads) {
-      const int64_t at = (int64_t(b) * p.n_heads + h) * d + e;
-      float q = p.q[at];
-      if (p.q_norm) q = norm_value(q, p.q_norm, d, p.eps, red);
-      q = rope_value(q, row, pair, cs, sn);
-      if (p.q_coef) key_bias_coef(q, row, d, p.interleaved, p.k_bias + int64_t(h / (p.n_heads / p.n_kv_heads)) * d,
-                                  p.q_coef + at - e);
-      x[j] = q;
+      x[j] = p.q[(int64_t(b) * p.n_heads + h) * d + e];
     } else {
-      const int kvh = h - p.n_heads;
-      const int64_t at = (int64_t(b) * p.n_kv_heads + kvh) * d + e;
-      float k = p.k[at];
+      const int64_t at = (int64_t(b) * p.n_kv_heads + (h - p.n_heads)) * d + e;
+      x[j] = p.k[at];
       v[j] = p.v[at];
-      if (p.k_norm) k = norm_value(k, p.k_norm, d, p.eps, red);
-      // RoPE is linear: RoPE(k − b_k) = RoPE(k) − RoPE(b_k, t), without the cancellation of
-      // subtracting a large rotated bias afterwards.
-      if (p.k_bias) k -= p.k_bias[kvh * d + e];
-      x[j] = rope_value(k, row, pair, cs, sn);
     }
+  }
+  if (p.q_norm) {
+    rms_scale_rows<kD, kH>(x, p.eps, red);
+#pragma unroll
+    for (int j = 0; j < kH; ++j) x[j] *= (h0 + j < p.n_heads ? p.q_norm : p.k_norm)[e];
+  }
+  // RoPE is linear: RoPE(k − b_k) = RoPE(k) − RoPE(b_k, t), without the cancellation of
+  // subtracting a large rotated bias afterwards.
+  if (p.k_bias) {
+#pragma unroll
+    for (int j = 0; j < kH; ++j)
+      if (h0 + j >= p.n_heads && h0 + j < n_all) x[j] -= p.k_bias[(h0 + j - p.n_heads) * d + e];
+  }
+  rope_rows<kD, kH>(x, rows, pair, cs, sn);
+  if (p.q_coef && h0 < p.n_heads) {
+    const float* bias[kH];
+    float* coef[kH];
+#pragma unroll
+    for (int j = 0; j < kH; ++j) {
+      const int h = h0 + j;
+      const bool query = h < p.n_heads;
+      bias[j] = query ? p.k_bias + int64_t(h / (p.n_heads / p.n_kv_heads)) * d : nullptr;
+      coef[j] = query ? p.q_coef + (int64_t(b) * p.n_heads + h) * d : nullptr;
+    }
+    key_bias_coef_rows<kD, kH>(x, rows, pair, bias, coef);
   }
   if (p.rot_k) rotate_values<kD, kH>(x, rows, p.rot_k);  // queries and keys alike
   if (p.rot_v && h0 + kH > p.n_heads) rotate_values<kD, kH>(v, rows, p.rot_v);
