@@ -44,10 +44,12 @@ __device__ __forceinline__ uint4 x_piece(const X* x, int64_t r, int n_in, int k)
 }
 
 // Launched as a programmatic dependent (launch.h): the CTAs are scheduled while the kernel
-// before drains and wait for it here. Asking each row's first 4 KB into L2 before the wait
-// (cp.async.bulk.prefetch.L2) made the B = 1 step 6 % slower on the H200 (int2 8K: 5.05 ->
-// 5.35 ms), and streaming W_o into L2 during attention 80 % slower: the bulk prefetches
-// are issued slowly and hold the issuing warps.
+// before drains and wait for it here. Each lane's first round of W is loaded into registers
+// before the wait: B = 1 step, H200, INT2-OSCAR 4.86 -> 4.69 ms at 8K (0.75 -> 0.77 of copy
+// bandwidth), BF16 5.17 -> 5.03. Asking each row's first 4 KB into L2 before the wait
+// (cp.async.bulk.prefetch.L2) had made it 6 % slower (5.05 -> 5.35 ms), and streaming W_o
+// into L2 during attention 80 % slower: the bulk prefetches are issued slowly and hold the
+// issuing warps.
 template <int kM, class X>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const X* __restrict__ x, const uint16_t* __restrict__ w,
                                                            const float* __restrict__ bias, float* __restrict__ y,
@@ -55,14 +57,29 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const X* __restrict__
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x * kWarps + warp;
   const uint4* wr = reinterpret_cast<const uint4*>(w + size_t(row) * size_t(n_in));
+  const int n8 = n_in / 8;  // 16-byte pieces per row
+  int k = lane;
+  // The first round of W (a weight: the kernel before does not write it) is loaded before
+  // the wait, so that it arrives while that kernel drains.
+  const bool first_round = row < n_out && k + 32 * (kUnroll - 1) < n8;
+  uint4 w0[kUnroll];
+  if (first_round) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) w0[u] = __ldg(wr + k + 32 * u);
+  }
   wait_for_prior_grid();
   allow_dependent_launch();
   if (row >= n_out) return;
-  const int n8 = n_in / 8;  // 16-byte pieces per row
   float acc[kM];
 #pragma unroll
   for (int r = 0; r < kM; ++r) acc[r] = 0.0f;
-  int k = lane;
+  if (first_round) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int r = 0; r < kM; ++r) fma8(acc[r], w0[u], x_piece(x, r, n_in, k + 32 * u));
+    k += 32 * kUnroll;
+  }
   // kUnroll pieces per lane per round, issued before any is used.
   for (; k + 32 * (kUnroll - 1) < n8; k += 32 * kUnroll) {
     uint4 wv[kUnroll];
