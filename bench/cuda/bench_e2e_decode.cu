@@ -458,6 +458,10 @@ int main(int argc, char** argv) {
   }
 
   const double copy = copy_gbps(25);  // 1 GiB copies, median of 25 after 2 untimed (bench_util.cuh)
+  // The host link, for what swapping a prefilled prompt's pages out and in would cost
+  // beside recomputing it (the prefill rows).
+  const double h2d = o.latency && !o.prefill_t.empty() ? host_link_gbps(true, 5) : 0.0;
+  const double d2h = o.latency && !o.prefill_t.empty() ? host_link_gbps(false, 5) : 0.0;
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
@@ -466,6 +470,7 @@ int main(int argc, char** argv) {
   std::printf("device %s, %d SMs, %.1f GiB (%.1f free); commit %s; %s\n", prop.name, prop.multiProcessorCount,
               double(total_b) / (1 << 30), double(free_b) / (1 << 30), commit.c_str(), date);
   std::printf("copy bandwidth (D2D 1 GiB, read+write bytes / time): %.1f GB/s\n", copy);
+  if (h2d > 0) std::printf("host link (1 GiB pinned): host to device %.1f GB/s, device to host %.1f GB/s\n", h2d, d2h);
   std::printf("Qwen3-8B, random BF16 weights (%.2f B params); KV sink %d, recent %d, G %d, clip %.2f, R_K random "
               "orthogonal, R_V absorbed; graphs; median of %d steps after %d warm-up\n",
               double(shape.n_params()) / 1e9, kSink, kWindow, kGroup, kClip, o.steps, o.warmup);
@@ -492,6 +497,14 @@ int main(int argc, char** argv) {
       print_row(rows.back());
     }
   if (rot_err > 0) std::printf("R_K: max |R·R^T - I| = %.2e (f32)\n", rot_err);
+  // A preempted sequence's prompt: recomputed (the prefill row's time) or its KV bytes
+  // swapped out and back in over the host link.
+  auto swap_ms = [&](const Row& r) { return h2d > 0 && d2h > 0 ? double(r.kv_bytes_per_seq) * (1.0 / h2d + 1.0 / d2h) / 1e6 : 0.0; };
+  for (const Row& r : rows)
+    if (r.kind == "prefill" && r.measured && swap_ms(r) > 0)
+      std::printf("prefill    T %7lld %-11s: recompute %.1f ms, swap out + in %.1f ms (%.1f MB): %.1fx\n",
+                  static_cast<long long>(r.seq), r.kv.c_str(), r.ms, swap_ms(r), double(r.kv_bytes_per_seq) / 1e6,
+                  r.ms / swap_ms(r));
 
   // Each non-BF16 format against BF16 at the same kind and T: tokens/s ratio.
   std::vector<Ratio> ratios;
@@ -519,6 +532,11 @@ int main(int argc, char** argv) {
     std::fprintf(f, "  \"copy_GBps\": %.2f,\n  \"copy_note\": \"cudaMemcpyAsync D2D of 1 GiB, (read + write bytes) / time\",\n",
                  copy);
     std::fprintf(f,
+                 "  \"host_to_device_GBps\": %.2f,\n  \"device_to_host_GBps\": %.2f,\n  \"swap_note\": \"prefill rows: "
+                 "swap_ms = kv_bytes_per_seq out and back in at the host link's rates (1 GiB pinned cudaMemcpyAsync), "
+                 "against recomputing the prompt (ms)\",\n",
+                 h2d, d2h);
+    std::fprintf(f,
                  "  \"model\": \"Qwen3-8B shape, random BF16 weights: %d layers, E %d, %d q heads, %d kv heads, d %d, "
                  "F %d, V %d, qk_norm, untied, neox rope theta 1e6\",\n",
                  shape.n_layers, shape.n_embd, shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.n_ff,
@@ -545,10 +563,11 @@ int main(int argc, char** argv) {
                    "\"wall_ms\": %.5f, \"tokens_per_s\": %.2f, \"bytes\": %.0f, \"roofline_ms\": %.5f, "
                    "\"frac_of_copy\": %.4f, \"kv_bytes_per_seq\": %zu, \"kv_bf16_bytes_per_seq\": %zu, "
                    "\"kv_bytes_reserved\": %zu, \"weight_bytes\": %zu, \"weight_bytes_read\": %zu, "
-                   "\"note\": \"%s\"}%s\n",
+                   "\"swap_ms\": %.3f, \"note\": \"%s\"}%s\n",
                    r.kind.c_str(), r.batch, static_cast<long long>(r.seq), r.kv.c_str(), r.steps, r.ms, r.wall_ms,
                    r.tokens_per_s, r.bytes, r.roofline_ms, r.frac, r.kv_bytes_per_seq, r.kv_bf16_bytes_per_seq,
-                   r.kv_bytes_reserved, r.weight_bytes, r.weight_bytes_read, json_escape(r.note).c_str(),
+                   r.kv_bytes_reserved, r.weight_bytes, r.weight_bytes_read, r.kind == "prefill" ? swap_ms(r) : 0.0,
+                   json_escape(r.note).c_str(),
                    i + 1 < rows.size() ? "," : "");
     }
     std::fprintf(f, "  ],\n  \"ratios\": [\n");

@@ -158,4 +158,25 @@ double copy_gbps(int iters) {
   return 2.0 * double(bytes) / (double(ms) * 1e-3) / 1e9;
 }
 
+// Host <-> device bandwidth over the host link (1 GiB, pinned host memory), bytes / time:
+// what swapping a sequence's KV pages out to host memory and back would move them at.
+// 0 when the memory is not there.
+double host_link_gbps(bool to_device, int iters) {
+  const size_t bytes = size_t(1) << 30;
+  Allocs a;
+  void* dev = a.get(bytes);
+  void* host = nullptr;
+  if (!a.ok || cudaMallocHost(&host, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0.0;
+  }
+  std::fill_n(static_cast<char*>(host), bytes, char(1));
+  const float ms = median_ms(2, iters, [] {}, [&] {
+    CHECK_CUDA(to_device ? cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice)
+                         : cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost));
+  });
+  CHECK_CUDA(cudaFreeHost(host));
+  return double(bytes) / (double(ms) * 1e-3) / 1e9;
+}
+
 }  // namespace

@@ -137,6 +137,36 @@ TEST_P(PrefixCache, EvictsLeastRecentlyUsedWhenPagesRunOut) {
   EXPECT_LT(c.attach_prefix(s0, prompt(10, 200)), 64);
 }
 
+// A prefix loses its deepest blocks first (registered and attached deepest first, so its
+// first block is its most recently used): what eviction leaves of it still attaches. Had
+// eviction taken its first block, the rest would be unreachable and nothing would attach.
+// This is what keeps a preempted sequence's pages useful (the scheduler registers them).
+TEST_P(PrefixCache, EvictsAPrefixFromItsEnd) {
+  Transformer t = tiny(GetParam());
+  KvCache c = t.make_cache(KvPages{24, 16});  // either pool too small for two prompts
+  c.enable_prefix_cache("test");
+  std::vector<float> logits;
+  auto fill = [&](const std::vector<int32_t>& p) {
+    const SeqId s = c.add_sequence();
+    for (size_t at = 0; at < p.size(); at += 40) {
+      EXPECT_TRUE(c.can_reserve(s, 40)) << "at " << at;
+      t.forward(c, s, std::span(p).subspan(at, 40), LogitsFor::last, logits);
+    }
+    return s;
+  };
+  const std::vector<int32_t> a = prompt(20, 200), b = prompt(21, 200);
+  const SeqId x = fill(a);
+  c.register_prefix(x, a);
+  c.remove_sequence(x);
+  const SeqId y = fill(b);  // takes the free pages and some of a's
+  EXPECT_GT(c.segment_usage().cached_fp_pages, 0);
+  c.remove_sequence(y);
+  const SeqId z = c.add_sequence();
+  const int64_t kept = c.attach_prefix(z, a);
+  EXPECT_GT(kept, 0);
+  EXPECT_LT(kept, 192);  // 192 when nothing was evicted (EvictsLeastRecentlyUsedWhenPagesRunOut)
+}
+
 INSTANTIATE_TEST_SUITE_P(Kv, PrefixCache, ::testing::Values("int2", "bf16"));
 
 TEST(PrefixCacheLimits, RegisteredLateAttachesWhatTheWindowsAllow) {

@@ -1,8 +1,9 @@
 // The scheduler on a CpuRunner over a tiny random model: every request finishes with its
 // tokens; concurrent greedy requests give what each gives alone (engine::generate on a
 // fresh cache); a KV budget too small for all of them at once queues the rest (output
-// reserve 1) or preempts (reserve 0) and still finishes everything; cancelling frees the
-// pages; max_tokens and the context end as "length".
+// reserve 1) or preempts (reserve 0) and still finishes everything, with the prefix cache
+// on resuming from the pages a preempted sequence left there; cancelling frees the pages;
+// max_tokens and the context end as "length".
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -20,9 +21,9 @@ namespace {
 
 using test::tiny_tokenizer;
 
-Transformer tiny(const std::string& kv) {
+Transformer tiny(const std::string& kv, int sink = 4, int recent = 8) {
   Transformer t(test::tiny_model(true, 11, 2, 16));
-  t.configure_kv(test::tiny_kv_spec(kv, 4, 8, 16));
+  t.configure_kv(test::tiny_kv_spec(kv, sink, recent, 16));
   return t;
 }
 
@@ -79,12 +80,17 @@ TEST_P(SchedulerTest, ConcurrentGreedyEqualsAloneAndPreemptionFinishesAll) {
   struct Run {
     int64_t fp_pages;
     double reserve;
+    bool prefix_cache = false;
   };
-  for (const Run run : {Run{400, 1.0}, Run{14, 1.0}, Run{14, 0.0}}) {
+  for (const Run run : {Run{400, 1.0}, Run{14, 1.0}, Run{14, 0.0}, Run{14, 0.0, true}}) {
     const int64_t fp_pages = run.fp_pages;
     const bool preempts = run.reserve == 0.0 && fp_pages == 14;
     Metrics metrics;
-    engine::CpuRunner r(t, t.make_cache(KvPages{fp_pages, fp_pages * 4}));
+    // The prefix cache shares whole pages only: its run's windows are one page each.
+    Transformer whole_pages = tiny(GetParam(), 16, 16);
+    Transformer& model = run.prefix_cache ? whole_pages : t;
+    engine::CpuRunner r(model, model.make_cache(KvPages{fp_pages, fp_pages * 4}));
+    if (run.prefix_cache) r.enable_prefix_cache("test");
     SchedulerConfig config{8, 32, 256};
     config.output_reserve = run.reserve;
     Scheduler sched(r, tok, config, metrics);
@@ -115,6 +121,21 @@ TEST_P(SchedulerTest, ConcurrentGreedyEqualsAloneAndPreemptionFinishesAll) {
     EXPECT_EQ(u.sink_pages + u.recent_pages + u.history_pages, 0);
     if (preempts) {
       EXPECT_EQ(m.find("oscar_preemptions_total 0\n"), std::string::npos) << "expected preemptions:\n" << m;
+      // Every preempted sequence resumed, each token of it kept or recomputed; without the
+      // prefix cache none is kept. (With it, how much is kept depends on what the others
+      // took meanwhile: EvictsAPrefixFromItsEnd tests that what is left attaches.)
+      const auto counter = [&](const std::string& name) {
+        const size_t at = m.find("\n" + name + " ");
+        EXPECT_NE(at, std::string::npos) << name << " missing:\n" << m;
+        return at == std::string::npos ? int64_t(-1) : std::stoll(m.substr(at + name.size() + 2));
+      };
+      const int64_t held = counter("oscar_preempted_tokens_total");
+      const int64_t kept = counter("oscar_resumed_tokens_total{source=\"kept\"}");
+      EXPECT_GT(held, 0);
+      EXPECT_EQ(kept + counter("oscar_resumed_tokens_total{source=\"recomputed\"}"), held) << m;
+      if (!run.prefix_cache) {
+        EXPECT_EQ(kept, 0) << m;
+      }
     } else {
       EXPECT_NE(m.find("oscar_preemptions_total 0\n"), std::string::npos) << m;
       // All at once with ample pages; a few at a time, the others queued, with 14.

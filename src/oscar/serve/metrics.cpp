@@ -21,9 +21,16 @@ void Metrics::add_generated_tokens(int64_t n) {
   generated_tokens_ += n;
 }
 
-void Metrics::count_preemption() {
+void Metrics::count_preemption(int64_t held) {
   std::lock_guard<std::mutex> lock(mu_);
   ++preemptions_;
+  preempted_tokens_ += held;
+}
+
+void Metrics::count_resumption(int64_t held, int64_t kept) {
+  std::lock_guard<std::mutex> lock(mu_);
+  resumed_tokens_ += held;
+  resumed_kept_tokens_ += kept;
 }
 
 void Metrics::add_step(double forward_s, double host_s, int64_t decode_rows) {
@@ -56,8 +63,14 @@ std::string Metrics::render() const {
   out += fmt::format("oscar_prompt_tokens_total {}\n", prompt_tokens_);
   head("oscar_generation_tokens_total", "counter", "tokens generated");
   out += fmt::format("oscar_generation_tokens_total {}\n", generated_tokens_);
-  head("oscar_preemptions_total", "counter", "sequences preempted for KV pages (recomputed later)");
+  head("oscar_preemptions_total", "counter", "sequences preempted for KV pages (their whole pages left to the prefix cache)");
   out += fmt::format("oscar_preemptions_total {}\n", preemptions_);
+  head("oscar_preempted_tokens_total", "counter", "tokens the preempted sequences held in the KV cache");
+  out += fmt::format("oscar_preempted_tokens_total {}\n", preempted_tokens_);
+  head("oscar_resumed_tokens_total", "counter",
+       "of the preempted tokens, those of sequences since resumed, by whether the prefix cache still held them");
+  out += fmt::format("oscar_resumed_tokens_total{{source=\"kept\"}} {}\n", resumed_kept_tokens_);
+  out += fmt::format("oscar_resumed_tokens_total{{source=\"recomputed\"}} {}\n", resumed_tokens_ - resumed_kept_tokens_);
   head("oscar_engine_steps_total", "counter", "engine steps run");
   out += fmt::format("oscar_engine_steps_total {}\n", steps_);
   head("oscar_engine_step_rows_total", "counter", "sequence rows over all engine steps (decode and prefill parts)");

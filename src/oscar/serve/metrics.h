@@ -24,7 +24,10 @@ class Metrics {
   void count_request(int status);
   void add_prompt_tokens(int64_t n);
   void add_generated_tokens(int64_t n);
-  void count_preemption();
+  // A sequence preempted holding `held` tokens; later, resumed with `kept` of them found in
+  // the prefix cache (the rest recomputed).
+  void count_preemption(int64_t held);
+  void count_resumption(int64_t held, int64_t kept);
   // One engine step: seconds in the runner's forward and in the host work after it
   // (sampling, stop strings, detokenizing), to show where a step's time goes.
   void add_step(double forward_s, double host_s, int64_t decode_rows);
@@ -36,6 +39,7 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<int, int64_t> requests_by_status_;
   int64_t prompt_tokens_ = 0, generated_tokens_ = 0, preemptions_ = 0;
+  int64_t preempted_tokens_ = 0, resumed_tokens_ = 0, resumed_kept_tokens_ = 0;
   int64_t steps_ = 0, step_rows_ = 0;
   double forward_s_ = 0.0, host_s_ = 0.0;
   EngineSnapshot engine_;

@@ -129,10 +129,14 @@ void Scheduler::reap_cancelled() {
 void Scheduler::preempt_newest() {
   std::unique_ptr<Active> a = std::move(running_.back());
   running_.pop_back();
+  // Its whole pages stay in the prefix cache (where it is on), evictable but the most
+  // recently used: resumed before others need them, it recomputes only its last page.
+  runner_.register_prefix(a->seq, std::span<const int32_t>(a->tokens).first(size_t(a->cached)));
   runner_.free_sequence(a->seq);
+  metrics_.count_preemption(a->cached);
+  a->preempted_held = a->cached;
   a->seq = -1;
   a->cached = 0;
-  metrics_.count_preemption();
   // Back in the queue at its arrival: admission stays first come first served.
   auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) { return w->order > a->order; });
   waiting_.insert(pos, std::move(a));
@@ -207,6 +211,10 @@ bool Scheduler::schedule() {
     add_pages(outstanding, minus(reserve_to_end(a, 0), runner_.pages_for_length(T)));
     parts_.push_back({&a, n});
     budget -= n;
+    if (a.preempted_held > 0) {
+      metrics_.count_resumption(a.preempted_held, std::min(hit, a.preempted_held));
+      a.preempted_held = 0;
+    }
     if (!a.prompt_counted) {
       metrics_.add_prompt_tokens(int64_t(a.req->input.prompt.size()));
       a.prompt_counted = true;

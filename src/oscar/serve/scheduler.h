@@ -70,6 +70,7 @@ class Scheduler {
     bool prompt_counted = false;
     bool registered = false;       // its prompt's pages offered to the prefix cache
     int64_t cached_tokens = 0;     // prompt tokens the prefix cache supplied (first admission)
+    int64_t preempted_held = 0;    // tokens it held when last preempted (0: not waiting to resume)
     Sampler sampler;
     StopMatcher stop;
     Utf8Stream utf8;

@@ -165,8 +165,8 @@ int64_t DeviceRunner::attach_prefix(SeqId seq, std::span<const int32_t> tokens) 
   if (n == 0) return 0;
   const int64_t P = n * B, h = c.history_end(P);
   std::vector<int32_t> fp(size_t(n), -1), hist;
+  for (int64_t b = n - 1; b >= 0; --b) prefix_.touch(*found[size_t(b)]);  // as register_prefix
   for (int64_t b = 0; b < n; ++b) {
-    prefix_.touch(*found[size_t(b)]);
     if (!prefix_.needs_history(b, n)) {
       fp[size_t(b)] = found[size_t(b)]->fp;
     } else if ((b * B - S) % H == 0) {
@@ -197,7 +197,9 @@ void DeviceRunner::register_prefix(SeqId seq, std::span<const int32_t> tokens) {
   const bool quantized = c.geometry().has_history();
   const int64_t h = quantized ? c.history_end(c.length(slot)) : 0;  // rows [S, h) are written history
   const std::vector<PrefixIndex::Key> keys = prefix_.keys(tokens, L / B);
-  for (int64_t b = 0; b < int64_t(keys.size()); ++b) {
+  // Deepest block first, so that the first is the most recently used: eviction (LRU) then
+  // takes a prefix from its end and keeps what is left of it usable (KvCache does the same).
+  for (int64_t b = int64_t(keys.size()) - 1; b >= 0; --b) {
     PrefixEntry& e = prefix_.entry(keys[size_t(b)]);
     if (e.fp < 0) {
       const int32_t p = c.entry(Pool::fp, slot, b);
