@@ -51,7 +51,7 @@ def start_server(a, log_path):
                             "--model-name", "soak", "--device", a.device, "--output-reserve", str(a.output_reserve)]
     log = open(log_path, "w")
     # A small quarantine: ASan's default keeps 256 MB of freed memory, which reads as RSS growth.
-    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:quarantine_size_mb=16",
+    env = dict(os.environ, ASAN_OPTIONS=os.environ.get("SOAK_ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:quarantine_size_mb=16"),
                UBSAN_OPTIONS="print_stacktrace=1")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 300
@@ -317,7 +317,7 @@ def main():
         stop_stall = threading.Event()
         staller = threading.Thread(target=staller_loop, args=(port, a.stalled, stop_stall, stats), daemon=True)
         staller.start()
-        rss, waves = [], []
+        rss, heap, waves = [], [], []
         for w in range(a.waves):
             stop = threading.Event()
             threads = [threading.Thread(target=client_loop, daemon=True,
@@ -341,15 +341,21 @@ def main():
                            f"{m.get('oscar_requests_waiting')}, pages {m.get('oscar_kv_pages_used')} (idle {pages0})")
             pid = server_pid(proc, a)
             rss.append(proc_status(pid, "VmRSS"))
+            heap.append(m.get("oscar_heap_live_bytes", -1))
             waves.append({"wave": w, "pages_after": m.get("oscar_kv_pages_used"), "rss_kb": rss[-1],
-                          "threads": proc_status(pid, "Threads"), "peak_waiting": peak_wait})
+                          "heap_live_bytes": heap[-1], "threads": proc_status(pid, "Threads"), "peak_waiting": peak_wait})
         stop_stall.set()
         staller.join(30)
         base = rss[min(a.warmup_waves, len(rss)) - 1]
         growth = (rss[-1] - base) / base if len(rss) > a.warmup_waves else 0.0
         if growth > a.max_rss_growth:
             stats.fail(f"RSS grew {growth * 100:.1f} % from the end of wave {a.warmup_waves - 1} to the last ({rss})")
+        # The live heap as the allocator counts it (/metrics), beside RSS: growth of the one
+        # without the other is the allocator keeping freed memory, not the server holding it.
+        hbase = heap[min(a.warmup_waves, len(heap)) - 1]
+        heap_growth = (heap[-1] - hbase) / hbase if len(heap) > a.warmup_waves and hbase > 0 else None
         row.update({"waves": waves, "pages_idle": pages0, "rss_growth": round(growth, 4),
+                    "heap_growth": None if heap_growth is None else round(heap_growth, 4),
                     "preemptions": metrics(url).get("oscar_preemptions_total")})
     except Exception as e:  # noqa: BLE001
         stats.fail(f"{type(e).__name__}: {e}")

@@ -4,6 +4,8 @@
 
 #include <tuple>
 
+#include "oscar/core/heap_stats.h"
+
 namespace oscar::serve {
 
 void Metrics::count_request(int status) {
@@ -78,6 +80,8 @@ std::string Metrics::render() const {
   head("oscar_engine_seconds_total", "counter", "engine step time: the runner's forward, then the host's sampling and streaming");
   out += fmt::format("oscar_engine_seconds_total{{part=\"forward\"}} {:.6f}\n", forward_s_);
   out += fmt::format("oscar_engine_seconds_total{{part=\"host\"}} {:.6f}\n", host_s_);
+  head("oscar_heap_live_bytes", "gauge", "heap bytes in live allocations, as the allocator counts them (-1: unknown)");
+  out += fmt::format("oscar_heap_live_bytes {}\n", live_heap_bytes());
   head("oscar_requests_waiting", "gauge", "requests queued for admission");
   out += fmt::format("oscar_requests_waiting {}\n", engine_.waiting);
   head("oscar_requests_running", "gauge", "sequences in the running batch");
