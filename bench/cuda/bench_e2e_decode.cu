@@ -45,7 +45,9 @@ using oscar::cuda::DeviceKvCache;
 using oscar::cuda::DeviceModel;
 using oscar::cuda::KvCacheLimits;
 using oscar::cuda::KvFormat;
-using oscar::cuda::ModelShape;
+using oscar::ModelDims;
+using oscar::RopeFreqs;
+using oscar::RopeStyle;
 
 constexpr int kSink = 64, kWindow = 256, kGroup = 128, kPage = 16;
 constexpr float kClip = 0.97f;
@@ -53,8 +55,8 @@ constexpr float kClip = 0.97f;
 // cuBLAS workspaces, attention partials, graphs.
 constexpr size_t kSlackBytes = size_t(3) << 30;
 
-ModelShape qwen3_8b() {
-  ModelShape s;
+ModelDims qwen3_8b() {
+  ModelDims s;
   s.n_layers = 36;
   s.n_embd = 4096;
   s.n_ff = 12288;
@@ -66,11 +68,16 @@ ModelShape qwen3_8b() {
   s.qkv_bias = false;
   s.qk_norm = true;
   s.tied_embeddings = false;
-  s.rope_interleaved = false;
-  s.rope_inv_freq.resize(size_t(s.head_dim / 2));
-  for (int i = 0; i < s.head_dim / 2; ++i) s.rope_inv_freq[size_t(i)] = std::pow(1e6, -2.0 * i / s.head_dim);
-  s.rope_position_scale = 1.0;
   return s;
+}
+
+// NeoX pairs, theta 1e6, no scaling.
+RopeFreqs qwen3_rope(const ModelDims& s) {
+  RopeFreqs r;
+  r.style = RopeStyle::neox;
+  r.inv_freq.resize(size_t(s.head_dim / 2));
+  for (int i = 0; i < s.head_dim / 2; ++i) r.inv_freq[size_t(i)] = std::pow(1e6, -2.0 * i / s.head_dim);
+  return r;
 }
 
 // A random orthogonal d×d matrix, row-major f32: Gram–Schmidt (modified, two passes, in
@@ -113,7 +120,7 @@ struct KvSpec {
 // The format of `spec` for every layer: BF16 (bits 0, no clip, no rotation) or OSCAR (bits b,
 // G 128, sink 64, recent 256, clip 0.97 on K and V, R_K a random orthogonal matrix per layer,
 // R_V none: absorbed into W_v / W_o, which random weights make moot).
-KvFormat make_format(const KvSpec& spec, const ModelShape& s, uint64_t seed, double* rot_err) {
+KvFormat make_format(const KvSpec& spec, const ModelDims& s, uint64_t seed, double* rot_err) {
   KvFormat f;
   f.sink = kSink;
   f.window = kWindow;
@@ -159,7 +166,7 @@ bool is_oom(const std::exception& e) { return std::strncmp(e.what(), "out of GPU
 
 // Bytes of KV pages one sequence of length `len` holds, by the cache's own accounting: a
 // cache with one slot, sized for `len` (freed on return).
-size_t probe_bytes_for_length(const ModelShape& s, const KvFormat& f, int64_t len, size_t* bf16_bytes) {
+size_t probe_bytes_for_length(const ModelDims& s, const KvFormat& f, int64_t len, size_t* bf16_bytes) {
   KvCacheLimits lim;
   lim.max_seqs = 1;
   lim.max_seq_len = len;
@@ -171,7 +178,7 @@ size_t probe_bytes_for_length(const ModelShape& s, const KvFormat& f, int64_t le
 // One configuration: a model with `batch` slots (0: as many as the KV budget holds) whose
 // sequences start at length `seq`; warm-up, then `steps` timed steps of all slots.
 Row run_config(const std::string& kind, const KvSpec& spec, int batch, int64_t seq, const Options& o,
-               const ModelShape& shape, double copy, double* rot_err) {
+               const ModelDims& shape, double copy, double* rot_err) {
   Row row;
   row.kind = kind;
   row.kv = spec.name;
@@ -208,7 +215,7 @@ Row run_config(const std::string& kind, const KvSpec& spec, int batch, int64_t s
     limits.max_seqs = batch;
     limits.max_seq_len = max_len;  // fp_pages / hist_pages 0: sized for batch sequences of max_len
     limits.prefill_chunk = o.prefill_chunk;
-    auto model = std::make_unique<DeviceModel>(shape, fmt, limits, oscar::cuda::RandomWeightLoader(o.seed));
+    auto model = std::make_unique<DeviceModel>(shape, qwen3_rope(shape), fmt, limits, oscar::cuda::RandomWeightLoader(o.seed));
     DeviceKvCache& cache = model->cache();
     const cudaStream_t stream = model->stream();
 
@@ -449,13 +456,7 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  const ModelShape shape = qwen3_8b();
-  try {
-    shape.validate();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "model shape: %s\n", e.what());
-    return 1;
-  }
+  const ModelDims shape = qwen3_8b();  // (DeviceModel checks it)
 
   const double copy = copy_gbps(25);  // 1 GiB copies, median of 25 after 2 untimed (bench_util.cuh)
   // The host link, for what swapping a prefilled prompt's pages out and in would cost

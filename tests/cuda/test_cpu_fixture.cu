@@ -66,15 +66,16 @@ bool read_fixture(const std::string& path, Fixture& f) {
   Reader r(path);
   const auto magic = r.array<char>(8);
   if (!r.ok() || std::memcmp(magic.data(), "OSCFIX3", 8) != 0) return false;
-  auto& s = f.model.shape;
+  auto& s = f.model.dims;
+  auto& rope = f.model.rope;
   s.n_layers = r.value<int32_t>(), s.n_embd = r.value<int32_t>(), s.n_ff = r.value<int32_t>();
   s.n_heads = r.value<int32_t>(), s.n_kv_heads = r.value<int32_t>(), s.head_dim = r.value<int32_t>();
   s.n_vocab = r.value<int32_t>();
   s.qkv_bias = r.value<int32_t>(), s.qk_norm = r.value<int32_t>(), s.tied_embeddings = r.value<int32_t>();
-  s.rope_interleaved = r.value<int32_t>();
+  rope.style = r.value<int32_t>() ? oscar::RopeStyle::interleaved : oscar::RopeStyle::neox;
   s.rms_eps = r.value<float>();
-  s.rope_position_scale = r.value<double>();
-  s.rope_inv_freq = r.array<double>(size_t(s.head_dim / 2));
+  rope.position_scale = r.value<double>();
+  rope.inv_freq = r.array<double>(size_t(s.head_dim / 2));
   const size_t L = size_t(s.n_layers), d2 = size_t(s.head_dim) * size_t(s.head_dim);
   f.kv.sink = r.value<int32_t>(), f.kv.window = r.value<int32_t>(), f.kv.group = r.value<int32_t>();
   f.kv.k_bias_split = r.value<int32_t>() != 0;
@@ -136,7 +137,7 @@ Agreement agree(const std::vector<float>& got, const float* want, size_t n, size
 }
 
 void run_fixture(const std::string& name, const Fixture& f, GemmPrecision precision) {
-  const size_t n = f.tokens.size(), V = size_t(f.model.shape.n_vocab);
+  const size_t n = f.tokens.size(), V = size_t(f.model.dims.n_vocab);
   const bool quantized = std::any_of(f.kv.bits.begin(), f.kv.bits.end(), [](int b) { return b != 0; });
   const bool exact = precision == GemmPrecision::f32;
   const double max_rel = exact ? (quantized ? 1e-2 : 1e-3) : (quantized ? 1.5e-1 : 2e-2);
@@ -187,7 +188,7 @@ void run_fixture(const std::string& name, const Fixture& f, GemmPrecision precis
 // --k-bias-split matters: the same fixture with the bias left in the (quantized) keys, f32
 // products, must miss the CPU's logits by more than the f32 bound.
 void run_split_self_check(const std::string& name, const Fixture& f) {
-  const size_t n = f.tokens.size(), V = size_t(f.model.shape.n_vocab);
+  const size_t n = f.tokens.size(), V = size_t(f.model.dims.n_vocab);
   KvFormat kv = f.kv;
   kv.k_bias_split = false;
   KvCacheLimits limits;

@@ -184,8 +184,8 @@ std::vector<float> random_orthogonal(int d, std::mt19937& rng) {
   return std::vector<float>(a.begin(), a.end());
 }
 
-oc::ModelShape make_shape(const Variant& var) {
-  oc::ModelShape s;
+oscar::ModelDims make_dims(const Variant& var) {
+  oscar::ModelDims s;
   s.n_layers = var.n_layers;
   s.n_embd = kEmbd;
   s.n_ff = kFf;
@@ -197,17 +197,23 @@ oc::ModelShape make_shape(const Variant& var) {
   s.qkv_bias = var.qkv_bias;
   s.qk_norm = var.qk_norm;
   s.tied_embeddings = var.tied;
-  s.rope_interleaved = var.interleaved;
-  s.rope_inv_freq.resize(kHeadDim / 2);
-  for (int i = 0; i < kHeadDim / 2; ++i) s.rope_inv_freq[size_t(i)] = std::pow(kRopeTheta, -2.0 * i / kHeadDim);
-  s.rope_position_scale = var.position_scale;
   return s;
+}
+
+oscar::RopeFreqs make_rope(const Variant& var) {
+  oscar::RopeFreqs r;
+  r.style = var.interleaved ? oscar::RopeStyle::interleaved : oscar::RopeStyle::neox;
+  r.inv_freq.resize(kHeadDim / 2);
+  for (int i = 0; i < kHeadDim / 2; ++i) r.inv_freq[size_t(i)] = std::pow(kRopeTheta, -2.0 * i / kHeadDim);
+  r.position_scale = var.position_scale;
+  return r;
 }
 
 // Matrices uniform in ±1/sqrt(n_in) (Wq, Wk: ±kQkGain/sqrt(n_in)), norms 1 ± 0.2, biases small.
 oc::HostModel make_model(const Variant& var, std::mt19937& rng) {
   oc::HostModel m;
-  m.shape = make_shape(var);
+  m.dims = make_dims(var);
+  m.rope = make_rope(var);
   const size_t E = kEmbd, F = kFf, QD = size_t(kHeads) * kHeadDim, KD = size_t(kKvHeads) * kHeadDim;
   const float ae = 1.0f / std::sqrt(float(E)), aq = 1.0f / std::sqrt(float(QD)), af = 1.0f / std::sqrt(float(F));
   m.token_embd = random_bf16(size_t(kVocab) * E, ae, rng);
@@ -301,12 +307,12 @@ Vec rmsnormed(Vec x, const Vec& w) {
 
 // One head of d at position pos: pairs (i, i + d/2) (neox) or (2i, 2i + 1) (interleaved) by
 // angle pos·scale·inv_freq[i].
-void rope(Real* x, int64_t pos, const oc::ModelShape& s) {
-  const int d = s.head_dim;
+void rope(Real* x, int64_t pos, int d, const oscar::RopeFreqs& r) {
+  const bool interleaved = r.style == oscar::RopeStyle::interleaved;
   for (int i = 0; i < d / 2; ++i) {
-    const double a = double(pos) * s.rope_position_scale * s.rope_inv_freq[size_t(i)];
+    const double a = double(pos) * r.position_scale * r.inv_freq[size_t(i)];
     const Real c = Real(std::cos(a)), sn = Real(std::sin(a));
-    const int i0 = s.rope_interleaved ? 2 * i : i, i1 = s.rope_interleaved ? 2 * i + 1 : i + d / 2;
+    const int i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + d / 2;
     const Real x0 = x[i0], x1 = x[i1];
     x[i0] = x0 * c - x1 * sn;
     x[i1] = x0 * sn + x1 * c;
@@ -346,7 +352,7 @@ void attend(const Real* q, const std::vector<const float*>& keys, const std::vec
 class Reference {
  public:
   Reference(const oc::HostModel& m, const oc::KvFormat& kv, int max_seqs)
-      : s_(m.shape), kv_(kv), seqs_(size_t(max_seqs)) {
+      : s_(m.dims), rope_(m.rope), kv_(kv), seqs_(size_t(max_seqs)) {
     embd_ = to_real(m.token_embd);
     out_ = m.output.empty() ? embd_ : to_real(m.output);
     out_norm_ = to_real(m.output_norm);
@@ -393,12 +399,12 @@ class Reference {
       Vec q = linear(h, L.wq, L.bq, H * d), k = linear(h, L.wk, L.bk, Hkv * d), v = linear(h, L.wv, L.bv, Hkv * d);
       for (int hd = 0; hd < H; ++hd) {
         if (s_.qk_norm) rmsnorm(q.data() + size_t(hd) * d, L.q_norm.data(), d);
-        rope(q.data() + size_t(hd) * d, p, s_);
+        rope(q.data() + size_t(hd) * d, p, d, rope_);
         if (!L.rot_k.empty()) rotate(q.data() + size_t(hd) * d, L.rot_k, d, false);
       }
       for (int hd = 0; hd < Hkv; ++hd) {
         if (s_.qk_norm) rmsnorm(k.data() + size_t(hd) * d, L.k_norm.data(), d);
-        rope(k.data() + size_t(hd) * d, p, s_);
+        rope(k.data() + size_t(hd) * d, p, d, rope_);
         if (!L.rot_k.empty()) rotate(k.data() + size_t(hd) * d, L.rot_k, d, false);
         if (!L.k_shift.empty())
           for (int e = 0; e < d; ++e) k[size_t(hd) * d + size_t(e)] -= L.k_shift[size_t(hd) * d + size_t(e)];
@@ -456,7 +462,8 @@ class Reference {
     int64_t len = 0;
     std::vector<std::vector<float>> k, v, k_hist, v_hist;  // per layer: [t, n_kv_heads, d]
   };
-  oc::ModelShape s_;
+  oscar::ModelDims s_;
+  oscar::RopeFreqs rope_;
   oc::KvFormat kv_;
   Vec embd_, out_, out_norm_;
   std::vector<Layer> layers_;
@@ -886,8 +893,8 @@ void run_refusal_checks(uint32_t seed) {
   add("layers[1].wk one element short", {"wk"})->m.layers[1].wk.pop_back();
   add("output missing (not tied)", {"output"})->m.output.clear();
   add("layers[0].attn_norm one element long", {"attn_norm"})->m.layers[0].attn_norm.push_back(1.0f);
-  add("rope_inv_freq of 31 entries", {"rope_inv_freq"})->m.shape.rope_inv_freq.pop_back();
-  add("qkv_bias without biases", {"bq", "bk", "bv"})->m.shape.qkv_bias = true;
+  add("RoPE's inv_freq of 31 entries", {"inv_freq"})->m.rope.inv_freq.pop_back();
+  add("qkv_bias without biases", {"bq", "bk", "bv"})->m.dims.qkv_bias = true;
   add("KvFormat bits for 1 of 2 layers", {"bits"})->kv.bits = {0};
   add("KvFormat rot_k[0] one element short", {"rot_k"})->kv.rot_k[0].assign(size_t(kHeadDim) * kHeadDim - 1, 0.0f);
   add("KvFormat k_shift for 1 of 2 layers", {"k_shift"})->kv.k_shift = {std::vector<float>(size_t(kKvHeads * kHeadDim))};
@@ -908,7 +915,7 @@ void run_refusal_checks(uint32_t seed) {
       q.bits = {2, 2};
       q.k_clip = q.v_clip = {0.96f, 0.92f};
       const oc::KvFormat kv = make_format(q, rng);
-      auto m = std::make_unique<oc::DeviceModel>(make_shape(q), kv, oc::KvCacheLimits{2, 128, 0, 0},
+      auto m = std::make_unique<oc::DeviceModel>(make_dims(q), make_rope(q), kv, oc::KvCacheLimits{2, 128, 0, 0},
                                                  oc::RandomWeightLoader(seed));
       const int a = m->cache().add_sequence(), b = m->cache().add_sequence();
       long bad_values = 0, bad_ids = 0;

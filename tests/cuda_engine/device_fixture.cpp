@@ -30,16 +30,16 @@ class Writer {
 
 void write_device_fixture(const std::string& path, const cuda::HostModel& m, const cuda::KvFormat& kv,
                           const std::vector<int32_t>& tokens, const std::vector<float>& logits) {
-  const cuda::ModelShape& s = m.shape;
+  const ModelDims& s = m.dims;
   OSCAR_CHECK(logits.size() == tokens.size() * size_t(s.n_vocab), "fixture logits do not match the tokens");
   Writer w(path);
   w.bytes("OSCFIX3", 8);
   for (int v : {s.n_layers, s.n_embd, s.n_ff, s.n_heads, s.n_kv_heads, s.head_dim, s.n_vocab, int(s.qkv_bias),
-                int(s.qk_norm), int(s.tied_embeddings), int(s.rope_interleaved)})
+                int(s.qk_norm), int(s.tied_embeddings), int(m.rope.style == RopeStyle::interleaved)})
     w.value<int32_t>(v);
   w.value<float>(s.rms_eps);
-  w.value<double>(s.rope_position_scale);
-  w.array(s.rope_inv_freq);
+  w.value<double>(m.rope.position_scale);
+  w.array(m.rope.inv_freq);
   for (int v : {kv.sink, kv.window, kv.group, int(kv.k_bias_split)}) w.value<int32_t>(v);
   for (int b : kv.bits) w.value<int32_t>(b);
   w.array(kv.k_clip);

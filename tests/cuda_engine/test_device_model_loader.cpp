@@ -63,12 +63,12 @@ ModelWeights bf16_exact_model(bool qwen2, uint64_t seed) {
 TEST(DeviceModelLoader, ShapeAndWeights) {
   Transformer t(bf16_exact_model(true, 7));
   const cuda::HostModel m = device_host_model(t);
-  EXPECT_EQ(m.shape.n_layers, 2);
-  EXPECT_EQ(m.shape.head_dim, 64);
-  EXPECT_TRUE(m.shape.qkv_bias);
-  EXPECT_FALSE(m.shape.rope_interleaved);
-  ASSERT_EQ(m.shape.rope_inv_freq.size(), 32u);
-  EXPECT_DOUBLE_EQ(m.shape.rope_inv_freq[0], 1.0);
+  EXPECT_EQ(m.dims.n_layers, 2);
+  EXPECT_EQ(m.dims.head_dim, 64);
+  EXPECT_TRUE(m.dims.qkv_bias);
+  EXPECT_EQ(m.rope.style, RopeStyle::neox);
+  ASSERT_EQ(m.rope.inv_freq.size(), 32u);
+  EXPECT_DOUBLE_EQ(m.rope.inv_freq[0], 1.0);
   ASSERT_EQ(m.layers.size(), 2u);
   const LayerWeights& l1 = t.weights().layers[1];
   const std::vector<float> wk = l1.wk.to_f32();
@@ -132,7 +132,7 @@ TEST(DeviceModelLoader, RefusesWhatTheDeviceLacks) {
     }
   }
   Transformer t(test::tiny_model(false, 9, 2, 16));
-  EXPECT_THROW(device_model_shape(t.config()), Error);  // head_dim 16
+  EXPECT_THROW(check_device_model(t.config()), Error);  // head_dim 16
   // --k-bias-split travels as a flag, on where the model has a key bias (the CUDA cache
   // splits it off like the CPU's); a model without one has nothing to split.
   KvSpec split = small_windows("int2-oscar");

@@ -9,12 +9,7 @@
 
 namespace oscar {
 
-struct RopeFreqs {
-  std::vector<double> inv_freq;  // [head_dim / 2]
-  double position_scale = 1.0;   // linear scaling divides positions
-  RopeStyle style = RopeStyle::neox;
-};
-
+// RopeFreqs (model_dims.h) for the model's RoPE parameters and scaling rule.
 RopeFreqs rope_freqs(const ModelConfig& cfg);  // throws oscar::Error for unsupported scaling
 
 // The rotation at absolute position `pos`, for head_dim / 2 = half frequencies: cs[i] = cos and

@@ -38,7 +38,7 @@ struct KvFormat {
   // Either empty or one entry per layer, each [n_kv_heads · d] or empty: subtracted from
   // every key row after R_K before it is cached (--k-mean; softmax cancels the shift).
   std::vector<std::vector<float>> k_shift;
-  // --k-bias-split: on a model with a key bias (ModelShape::qkv_bias), every key is cached
+  // --k-bias-split: on a model with a key bias (ModelDims::qkv_bias), every key is cached
   // without RoPE(b_k, t)·R_K and its score gets q·a_t back in f32 (key_bias.h).
   bool k_bias_split = false;
 

@@ -66,57 +66,54 @@ void regrow(T** buf, size_t* bytes, size_t need, const char* what) {
 }
 }  // namespace
 
-void ModelShape::validate() const {
-  const char* what = "ModelShape";
-  if (n_layers <= 0 || n_embd <= 0 || n_ff <= 0 || n_heads <= 0 || n_kv_heads <= 0 || n_vocab <= 0)
+namespace {
+// What the device cannot run, by field name.
+void validate_for_device(const ModelDims& m, const RopeFreqs& rope) {
+  const char* what = "DeviceModel";
+  if (m.n_layers <= 0 || m.n_embd <= 0 || m.n_ff <= 0 || m.n_heads <= 0 || m.n_kv_heads <= 0 || m.n_vocab <= 0)
     fail(what, "every size must be positive");
-  if (head_dim != 64 && head_dim != 128) fail(what, "head_dim " + std::to_string(head_dim) + " (64 or 128)");
-  if (n_heads % n_kv_heads != 0 || n_heads / n_kv_heads > kDecodeMaxGroup)
+  if (m.head_dim != 64 && m.head_dim != 128) fail(what, "head_dim " + std::to_string(m.head_dim) + " (64 or 128)");
+  if (m.n_heads % m.n_kv_heads != 0 || m.n_heads / m.n_kv_heads > kDecodeMaxGroup)
     fail(what, "n_heads / n_kv_heads must be a whole number from 1 to " + std::to_string(kDecodeMaxGroup));
-  if (rope_inv_freq.size() != size_t(head_dim / 2))
-    fail(what, "rope_inv_freq has " + std::to_string(rope_inv_freq.size()) + " entries, expected head_dim / 2");
-  if (!(rms_eps > 0.0f)) fail(what, "rms_eps must be positive");
+  if (rope.inv_freq.size() != size_t(m.head_dim / 2))
+    fail(what, "RoPE's inv_freq has " + std::to_string(rope.inv_freq.size()) + " entries, expected head_dim / 2");
+  if (!(m.rms_eps > 0.0f)) fail(what, "rms_eps must be positive");
 }
+}  // namespace
 
-size_t ModelShape::n_params() const {
-  const size_t e = size_t(n_embd), hd = size_t(head_dim);
-  const size_t per_layer = e * hd * size_t(n_heads) * 2 + e * hd * size_t(n_kv_heads) * 2 + 3 * e * size_t(n_ff);
-  return size_t(n_layers) * per_layer + size_t(n_vocab) * e * (tied_embeddings ? 1 : 2);
-}
-
-DeviceModel::DeviceModel(const ModelShape& shape, const KvFormat& kv, const KvCacheLimits& limits,
-                         GemmPrecision precision)
-    : shape_(shape), kv_(kv), precision_(precision) {
-  shape_.validate();
+DeviceModel::DeviceModel(const ModelDims& dims, const RopeFreqs& rope, const KvFormat& kv,
+                         const KvCacheLimits& limits, GemmPrecision precision)
+    : dims_(dims), rope_(rope), kv_(kv), precision_(precision) {
+  validate_for_device(dims_, rope_);
   check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   int dev = 0;
   check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&n_sm_, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
-  cache_ = std::make_unique<DeviceKvCache>(shape.n_layers, shape.n_kv_heads, shape.head_dim, kv, limits);
+  cache_ = std::make_unique<DeviceKvCache>(dims.n_layers, dims.n_kv_heads, dims.head_dim, kv, limits);
   cache_->set_stream(stream_);
   max_seqs_ = limits.max_seqs;
   prefill_chunk_ = limits.prefill_chunk;
   max_rows_ = std::max(max_seqs_, prefill_chunk_);
-  key_bias_split_ = kv.k_bias_split && shape.qkv_bias;
+  key_bias_split_ = kv.k_bias_split && dims.qkv_bias;
   logits_rows_ = std::max(max_seqs_, std::min(prefill_chunk_, limits.prefill_logits_rows));
-  const int widest = std::max({shape.n_embd, shape.n_heads * shape.head_dim, shape.n_ff});
+  const int widest = std::max({dims.n_embd, dims.n_heads * dims.head_dim, dims.n_ff});
   linear_ = std::make_unique<Linear>(stream_, size_t(max_rows_) * size_t(widest));
   allocate_weights();
   allocate_activations();
 }
 
-DeviceModel::DeviceModel(const ModelShape& shape, const KvFormat& kv, const KvCacheLimits& limits,
-                         const WeightLoader& weights, GemmPrecision precision)
-    : DeviceModel(shape, kv, limits, precision) {
+DeviceModel::DeviceModel(const ModelDims& dims, const RopeFreqs& rope, const KvFormat& kv,
+                         const KvCacheLimits& limits, const WeightLoader& weights, GemmPrecision precision)
+    : DeviceModel(dims, rope, kv, limits, precision) {
   load_weights(weights);
 }
 
 DeviceModel::DeviceModel(const HostModel& m, const KvFormat& kv, const KvCacheLimits& limits,
                          GemmPrecision precision)
-    : DeviceModel(m.shape, kv, limits, HostModelLoader(m), precision) {}
+    : DeviceModel(m.dims, m.rope, kv, limits, HostModelLoader(m), precision) {}
 
 std::vector<WeightTarget> DeviceModel::weight_targets() const {
-  const ModelShape& s = shape_;
+  const ModelDims& s = dims_;
   const int64_t e = s.n_embd, hd = s.head_dim, qd = int64_t(s.n_heads) * hd, kvd = int64_t(s.n_kv_heads) * hd,
                 ff = s.n_ff;
   std::vector<WeightTarget> t;
@@ -194,7 +191,7 @@ void HostModelLoader::load(const WeightTarget& t, cudaStream_t stream) const {
 }
 
 void DeviceModel::make_f32_copies() {
-  const ModelShape& s = shape_;
+  const ModelDims& s = dims_;
   const int64_t e = s.n_embd, qd = int64_t(s.n_heads) * s.head_dim, kvd = int64_t(s.n_kv_heads) * s.head_dim,
                 ff = s.n_ff;
   auto copy = [&](Matrix& w, int64_t n, const std::string& name) {
@@ -240,7 +237,7 @@ DeviceModel::~DeviceModel() {
 }
 
 void DeviceModel::allocate_weights() {
-  const ModelShape& s = shape_;
+  const ModelDims& s = dims_;
   const size_t e = size_t(s.n_embd), hd = size_t(s.head_dim), qd = size_t(s.n_heads) * hd,
                kvd = size_t(s.n_kv_heads) * hd, ff = size_t(s.n_ff), vocab = size_t(s.n_vocab);
   DeviceMemory& mem = weights_mem_;
@@ -248,10 +245,10 @@ void DeviceModel::allocate_weights() {
   output_.bf16 = s.tied_embeddings ? token_embd_ : mem.allocate_array<uint16_t>(vocab * e, "output");
   output_norm_ = mem.allocate_array<float>(e, "output_norm");
   inv_freq_ = mem.allocate_array<double>(hd / 2, "rope frequencies");
-  check_cuda(cudaMemcpy(inv_freq_, s.rope_inv_freq.data(), hd / 2 * sizeof(double), cudaMemcpyHostToDevice),
+  check_cuda(cudaMemcpy(inv_freq_, rope_.inv_freq.data(), hd / 2 * sizeof(double), cudaMemcpyHostToDevice),
              "uploading rope frequencies");
   if (key_bias_split_) {
-    const std::vector<float> cs = key_bias_cs_table(s.rope_inv_freq, s.rope_position_scale);
+    const std::vector<float> cs = key_bias_cs_table(rope_.inv_freq, rope_.position_scale);
     key_bias_cs_ = mem.allocate_array<float>(cs.size(), "key bias cos/sin table");
     check_cuda(cudaMemcpy(key_bias_cs_, cs.data(), cs.size() * sizeof(float), cudaMemcpyHostToDevice),
                "uploading the key bias cos/sin table");
@@ -298,7 +295,7 @@ void DeviceModel::allocate_weights() {
 }
 
 void DeviceModel::allocate_activations() {
-  const ModelShape& s = shape_;
+  const ModelDims& s = dims_;
   const size_t b = size_t(max_rows_), qd = size_t(s.n_heads) * size_t(s.head_dim),
                kvd = size_t(s.n_kv_heads) * size_t(s.head_dim);
   DeviceMemory& mem = act_mem_;
@@ -353,7 +350,7 @@ void DeviceModel::allocate_activations() {
 // The fields of a demotion every quantized layer shares, for `batch` sequences.
 DemoteParams DeviceModel::demote_params(int batch) const {
   DemoteParams dp;
-  dp.batch = batch, dp.n_kv_heads = shape_.n_kv_heads, dp.head_dim = shape_.head_dim, dp.group = kv_.group;
+  dp.batch = batch, dp.n_kv_heads = dims_.n_kv_heads, dp.head_dim = dims_.head_dim, dp.group = kv_.group;
   dp.sink = kv_.sink;
   dp.max_rows = 1;  // the window moves by one token per step
   dp.hist_from = demote_from_, dp.hist_to = demote_to_;
@@ -364,8 +361,8 @@ DemoteParams DeviceModel::demote_params(int batch) const {
 
 void DeviceModel::check_tokens(const std::vector<int32_t>& tokens, const char* what) const {
   for (const int32_t t : tokens)
-    if (t < 0 || t >= shape_.n_vocab)
-      fail(what, "token id " + std::to_string(t) + " outside [0, " + std::to_string(shape_.n_vocab) + ")");
+    if (t < 0 || t >= dims_.n_vocab)
+      fail(what, "token id " + std::to_string(t) + " outside [0, " + std::to_string(dims_.n_vocab) + ")");
 }
 
 void DeviceModel::check_slots(const std::vector<int>& slots, const char* what) const {
@@ -398,7 +395,7 @@ int64_t DeviceModel::stage_rows(const std::vector<int>& slots, const std::vector
 
 void DeviceModel::ensure_prefill_scratch(int64_t hist_end) {
   PrefillAttentionParams p;
-  p.n_kv_heads = shape_.n_kv_heads, p.head_dim = shape_.head_dim, p.sink = kv_.sink, p.max_hist_end = int(hist_end);
+  p.n_kv_heads = dims_.n_kv_heads, p.head_dim = dims_.head_dim, p.sink = kv_.sink, p.max_hist_end = int(hist_end);
   p.bits = std::any_of(kv_.bits.begin(), kv_.bits.end(), [](int b) { return b != 0; }) ? 2 : 0;
   const size_t need = prefill_attention_scratch_bytes(p);
   if (need > prefill_scratch_bytes_) regrow(&prefill_scratch_, &prefill_scratch_bytes_, need, "prefill history scratch");
@@ -406,7 +403,7 @@ void DeviceModel::ensure_prefill_scratch(int64_t hist_end) {
 
 void DeviceModel::ensure_workspace(int rows, int64_t bound) {
   DecodeAttentionParams p;
-  p.batch = rows, p.n_heads = shape_.n_heads, p.n_kv_heads = shape_.n_kv_heads, p.head_dim = shape_.head_dim;
+  p.batch = rows, p.n_heads = dims_.n_heads, p.n_kv_heads = dims_.n_kv_heads, p.head_dim = dims_.head_dim;
   p.group = kv_.group, p.sink = kv_.sink, p.max_seq_len = bound;
   p.tensor_cores = precision_ == GemmPrecision::bf16;
   size_t need = 0;
@@ -417,7 +414,7 @@ void DeviceModel::ensure_workspace(int rows, int64_t bound) {
     need = std::max(need, decode_attention_workspace_bytes(p));
   }
   // The decode kernels' key-bias scores: rows × heads × the key bound.
-  const size_t need_bias = key_bias_split_ ? size_t(rows) * size_t(shape_.n_heads) * size_t(bound) * sizeof(float) : 0;
+  const size_t need_bias = key_bias_split_ ? size_t(rows) * size_t(dims_.n_heads) * size_t(bound) * sizeof(float) : 0;
   if (need <= attn_workspace_bytes_ && need_bias <= key_bias_scores_bytes_) return;
   // A larger workspace moves it: graphs captured with the old one are dropped.
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
@@ -519,7 +516,7 @@ void DeviceModel::prefill(int slot, const std::vector<int32_t>& tokens, std::vec
       }
     }
     // The next id of the launch is the last row's (the others' ids are not kept).
-    if (last > 1) argmax_rows(logits_ + int64_t(last - 1) * shape_.n_vocab, 1, shape_.n_vocab, next_ids_, stream_);
+    if (last > 1) argmax_rows(logits_ + int64_t(last - 1) * dims_.n_vocab, 1, dims_.n_vocab, next_ids_, stream_);
   }
 }
 
@@ -561,7 +558,7 @@ void DeviceModel::forward(const std::vector<int>& slots, const std::vector<int32
     for (int i = 0; i < n_seqs; ++i) any = any || wants(i);
     if (any) {  // a one-token sequence's token logits are its step row
       const std::vector<float> all = download_logits(n_seqs);
-      const size_t V = size_t(shape_.n_vocab);
+      const size_t V = size_t(dims_.n_vocab);
       for (int i = 0; i < n_seqs; ++i)
         if (wants(i)) token_logits->insert(token_logits->end(), all.begin() + long(size_t(i) * V), all.begin() + long(size_t(i + 1) * V));
     }
@@ -617,7 +614,7 @@ void DeviceModel::forward(const std::vector<int>& slots, const std::vector<int32
 }
 
 void DeviceModel::compute_logits_gathered(int n) {
-  const ModelShape& s = shape_;
+  const ModelDims& s = dims_;
   gather_rows<<<unsigned(n), 256, 0, stream_>>>(x_, last_row_, s.n_embd, x_last_);
   check_launch("DeviceModel: last rows");
   rmsnorm(x_last_, output_norm_, h_, n, s.n_embd, s.rms_eps, stream_, h16_);
@@ -626,7 +623,7 @@ void DeviceModel::compute_logits_gathered(int n) {
 }
 
 void DeviceModel::run_plan(const Plan& p, int logits_from) {
-  const ModelShape& s = shape_;
+  const ModelDims& s = dims_;
   const int batch = p.rows;
   const bool decode = p.n_decode == p.rows;
   const dim3 tgrid_fp(unsigned((cache_->fp_stride() + 255) / 256), unsigned(batch));
@@ -647,7 +644,7 @@ void DeviceModel::run_plan(const Plan& p, int logits_from) {
 }
 
 void DeviceModel::compute_logits(int from, int to) {
-  const ModelShape& s = shape_;
+  const ModelDims& s = dims_;
   const int rows = to - from;
   if (rows > logits_rows_) fail("DeviceModel", "logits of " + std::to_string(rows) + " rows at once (buffer: " +
                                                    std::to_string(logits_rows_) + ")");
@@ -657,7 +654,7 @@ void DeviceModel::compute_logits(int from, int to) {
 }
 
 void DeviceModel::layer(int l, const Plan& p) {
-  const ModelShape& s = shape_;
+  const ModelDims& s = dims_;
   const int batch = p.rows;
   const int64_t bound = p.bound;
   const LayerPtrs& w = layers_[size_t(l)];
@@ -686,7 +683,7 @@ void DeviceModel::layer(int l, const Plan& p) {
   pp.batch = batch, pp.n_heads = s.n_heads, pp.n_kv_heads = s.n_kv_heads, pp.head_dim = d;
   pp.pos = pos_, pp.q = q_in, pp.k = k_in, pp.v = v_in;
   pp.q_norm = s.qk_norm ? w.q_norm : nullptr, pp.k_norm = s.qk_norm ? w.k_norm : nullptr, pp.eps = s.rms_eps;
-  pp.inv_freq = inv_freq_, pp.position_scale = s.rope_position_scale, pp.interleaved = s.rope_interleaved;
+  pp.inv_freq = inv_freq_, pp.position_scale = rope_.position_scale, pp.interleaved = rope_.style == RopeStyle::interleaved;
   pp.rot_k = w.rot_k, pp.rot_v = w.rot_v, pp.k_shift = w.k_shift, pp.q_out = q_rot_;
   // --k-bias-split: k without b_k, and each query head's coefficients of its bias scores.
   const bool key_bias = key_bias_split_ && w.bk;
@@ -716,7 +713,7 @@ void DeviceModel::layer(int l, const Plan& p) {
     fa.max_hist_end = int(g.hist_end), fa.scratch = prefill_scratch_;
     if (key_bias) {
       fa.key_bias.coef = key_bias_coef_ + size_t(g.row) * qrow, fa.key_bias.cs_table = key_bias_cs_;
-      fa.key_bias.inv_freq = inv_freq_, fa.key_bias.position_scale = s.rope_position_scale;
+      fa.key_bias.inv_freq = inv_freq_, fa.key_bias.position_scale = rope_.position_scale;
     }
     fa.out = att_ + size_t(g.row) * qrow;
     prefill_attention(fa, stream_);
@@ -740,7 +737,7 @@ void DeviceModel::layer(int l, const Plan& p) {
       KeyBiasScoresParams kb;
       kb.batch = decode_rows, kb.n_heads = s.n_heads, kb.head_dim = d;
       kb.coef = key_bias_coef_, kb.seq_len = seq_len_;
-      kb.inv_freq = inv_freq_, kb.position_scale = s.rope_position_scale, kb.cs_table = key_bias_cs_;
+      kb.inv_freq = inv_freq_, kb.position_scale = rope_.position_scale, kb.cs_table = key_bias_cs_;
       kb.max_seq_len = bound, kb.out = key_bias_scores_, kb.out_stride = bound;
       key_bias_scores(kb, stream_);
       ap.key_bias = key_bias_scores_, ap.key_bias_stride = bound;
@@ -773,12 +770,12 @@ void DeviceModel::sample(int batch, const SampleParams& p, const std::vector<dou
     fail("DeviceModel::sample", "batch " + std::to_string(batch) + " with " + std::to_string(u.size()) + " uniforms");
   check_cuda(cudaMemcpyAsync(uniforms_, u.data(), size_t(batch) * sizeof(double), cudaMemcpyHostToDevice, stream_),
              "uploading uniforms");
-  sample_rows(logits_, batch, shape_.n_vocab, p, uniforms_, next_ids_, stream_);
+  sample_rows(logits_, batch, dims_.n_vocab, p, uniforms_, next_ids_, stream_);
   check_cuda(cudaStreamSynchronize(stream_), "DeviceModel::sample");  // u is pageable host memory
 }
 
 std::vector<float> DeviceModel::download_logits(int batch) const {
-  std::vector<float> out(size_t(std::max(batch, 0)) * size_t(shape_.n_vocab));
+  std::vector<float> out(size_t(std::max(batch, 0)) * size_t(dims_.n_vocab));
   download_logits(batch, out.data());
   return out;
 }
@@ -787,7 +784,7 @@ void DeviceModel::download_logits(int batch, float* out) const {
   if (batch < 0 || batch > logits_rows_)
     fail("DeviceModel::download_logits", std::to_string(batch) + " rows (the buffer holds " +
                                              std::to_string(logits_rows_) + ")");
-  const size_t bytes = size_t(batch) * size_t(shape_.n_vocab) * 4;
+  const size_t bytes = size_t(batch) * size_t(dims_.n_vocab) * 4;
   check_cuda(cudaMemcpyAsync(out, logits_, bytes, cudaMemcpyDeviceToHost, stream_), "download logits");
   check_cuda(cudaStreamSynchronize(stream_), "download logits");
 }

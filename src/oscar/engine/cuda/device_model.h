@@ -19,27 +19,12 @@
 
 #include "oscar/cuda/cache_write.h"
 #include "oscar/engine/cuda/device_kv_cache.h"
+#include "oscar/model/model_dims.h"
 #include "oscar/cuda/device_memory.h"
 #include "oscar/cuda/linear.h"
 #include "oscar/cuda/sampling.h"
 
 namespace oscar::cuda {
-
-struct ModelShape {
-  int n_layers = 0, n_embd = 0, n_ff = 0;
-  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  int n_vocab = 0;
-  float rms_eps = 1e-6f;
-  bool qkv_bias = false;         // Qwen2
-  bool qk_norm = false;          // Qwen3: RMSNorm per head on q and k before RoPE
-  bool tied_embeddings = false;  // output projection = token_embd
-  bool rope_interleaved = false; // pairs (2i, 2i+1); false: NeoX pairs (i, i + d/2)
-  std::vector<double> rope_inv_freq;  // [head_dim / 2]
-  double rope_position_scale = 1.0;
-
-  void validate() const;  // throws std::runtime_error naming the field
-  size_t n_params() const;
-};
 
 // Weights on the host, row-major like oscar::ModelWeights: matrices as BF16 bits, norms
 // and biases f32 (empty when the model has none).
@@ -52,7 +37,8 @@ struct HostLayer {
   std::vector<float> q_norm, k_norm;       // [d]
 };
 struct HostModel {
-  ModelShape shape;
+  ModelDims dims;
+  RopeFreqs rope;
   std::vector<uint16_t> token_embd;  // [V, E]
   std::vector<uint16_t> output;      // [V, E]; empty when tied
   std::vector<float> output_norm;    // [E]
@@ -105,8 +91,10 @@ class DeviceModel {
  public:
   // Allocates the weights and has `weights` fill them, tensor by tensor (the host holds
   // at most what the loader stages); std::runtime_error naming the tensor on failure.
-  DeviceModel(const ModelShape& shape, const KvFormat& kv, const KvCacheLimits& limits, const WeightLoader& weights,
-              GemmPrecision precision = GemmPrecision::bf16);
+  // The model is `dims` with RoPE's table `rope` (model_dims.h, shared with the CPU engine);
+  // std::runtime_error naming the field where the device cannot run them.
+  DeviceModel(const ModelDims& dims, const RopeFreqs& rope, const KvFormat& kv, const KvCacheLimits& limits,
+              const WeightLoader& weights, GemmPrecision precision = GemmPrecision::bf16);
   // Uploads a HostModel (HostModelLoader).
   DeviceModel(const HostModel& m, const KvFormat& kv, const KvCacheLimits& limits,
               GemmPrecision precision = GemmPrecision::bf16);
@@ -114,7 +102,8 @@ class DeviceModel {
   DeviceModel(const DeviceModel&) = delete;
   DeviceModel& operator=(const DeviceModel&) = delete;
 
-  const ModelShape& shape() const { return shape_; }
+  const ModelDims& dims() const { return dims_; }
+  const RopeFreqs& rope() const { return rope_; }
   DeviceKvCache& cache() { return *cache_; }
   const DeviceKvCache& cache() const { return *cache_; }
   size_t weight_bytes() const { return weights_mem_.bytes(); }
@@ -168,7 +157,8 @@ class DeviceModel {
   void prefill_by_steps(int slot, const std::vector<int32_t>& tokens, std::vector<float>* all_logits = nullptr);
 
  private:
-  DeviceModel(const ModelShape& shape, const KvFormat& kv, const KvCacheLimits& limits, GemmPrecision precision);
+  DeviceModel(const ModelDims& dims, const RopeFreqs& rope, const KvFormat& kv, const KvCacheLimits& limits,
+              GemmPrecision precision);
   void allocate_weights();
   // Every weight tensor in the order WeightLoader promises.
   std::vector<WeightTarget> weight_targets() const;
@@ -223,7 +213,8 @@ class DeviceModel {
     float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *rot_k, *rot_v, *k_shift;
   };
 
-  ModelShape shape_;
+  ModelDims dims_;
+  RopeFreqs rope_;
   KvFormat kv_;
   cudaStream_t stream_ = nullptr;
   DeviceMemory weights_mem_, act_mem_;

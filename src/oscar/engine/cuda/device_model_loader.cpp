@@ -35,24 +35,17 @@ int history_bits(KvQuant q, int layer) {
 
 }  // namespace
 
-cuda::ModelShape device_model_shape(const ModelConfig& c) {
+void check_device_model(const ModelConfig& c) {
   if (c.head_dim != 64 && c.head_dim != 128)
     fail("--device cuda: head_dim {} is not supported (64 or 128)", c.head_dim);
-  cuda::ModelShape s;
-  s.n_layers = c.n_layers, s.n_embd = c.n_embd, s.n_ff = c.n_ff;
-  s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads, s.head_dim = c.head_dim, s.n_vocab = c.n_vocab;
-  s.rms_eps = c.rms_eps, s.qkv_bias = c.qkv_bias, s.qk_norm = c.qk_norm, s.tied_embeddings = c.tied_embeddings;
-  const RopeFreqs f = rope_freqs(c);
-  s.rope_interleaved = f.style == RopeStyle::interleaved;
-  s.rope_inv_freq = f.inv_freq;
-  s.rope_position_scale = f.position_scale;
-  return s;
 }
 
 cuda::HostModel device_host_model(const Transformer& t) {
   const ModelWeights& w = t.weights();
   cuda::HostModel m;
-  m.shape = device_model_shape(w.config);
+  check_device_model(w.config);
+  m.dims = w.config;
+  m.rope = rope_freqs(w.config);
   m.token_embd = to_bf16(w.token_embd);
   if (!w.config.tied_embeddings) m.output = to_bf16(w.output.empty() ? w.token_embd : w.output);
   m.output_norm = w.output_norm;

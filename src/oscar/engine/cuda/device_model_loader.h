@@ -1,13 +1,15 @@
 // The bridge from the CPU engine to the CUDA backend: a configured oscar::Transformer's
-// shape, weights (BF16, with R_V already absorbed when configure_kv absorbed it) and KV
-// format as the plain structs of oscar/engine/cuda/device_model.h. Built only with CUDA.
+// weights (BF16, with R_V already absorbed when configure_kv absorbed it) and KV format as
+// the plain structs of oscar/engine/cuda/device_model.h; its dimensions are the CPU's own
+// (ModelConfig is a ModelDims). Built only with CUDA.
 #pragma once
 #include "oscar/engine/cuda/device_model.h"
 #include "oscar/model/transformer.h"
 
 namespace oscar {
 
-cuda::ModelShape device_model_shape(const ModelConfig& c);
+// Throws oscar::Error for a model the device cannot run (head_dim other than 64 or 128).
+void check_device_model(const ModelConfig& c);
 // Every weight matrix rounded to BF16 (nearest even); norms and biases stay f32.
 cuda::HostModel device_host_model(const Transformer& t);
 // Windows, group, per-layer bits and clips, and rotation matrices of t's KV format.

@@ -17,6 +17,7 @@
 #include "oscar/cuda/weight_convert.h"
 #include "oscar/engine/cuda/device_model_loader.h"
 #include "oscar/model/rotation_absorb.h"
+#include "oscar/ops/rope.h"
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22  // Linux 5.14; older kernels answer EINVAL and we fault pages in as we copy
@@ -255,10 +256,11 @@ std::unique_ptr<cuda::DeviceModel> load_device_model(const Transformer& t, const
   // prologue: the device model then has no value rotation at run time.
   std::vector<std::vector<float>> rot_v = std::move(kv.rot_v);
   kv.rot_v.clear();
-  const cuda::ModelShape shape = device_model_shape(t.config());
+  check_device_model(t.config());
+  const RopeFreqs rope = rope_freqs(t.config());
   try {
     FileWeightLoader loader(t.weights(), std::move(rot_v));
-    auto dm = std::make_unique<cuda::DeviceModel>(shape, kv, limits, loader, precision);
+    auto dm = std::make_unique<cuda::DeviceModel>(t.config(), rope, kv, limits, loader, precision);
     if (stats) {
       stats->seconds = seconds_since(t0);
       stats->file_bytes = loader.bytes_read();
