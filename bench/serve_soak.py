@@ -14,7 +14,8 @@ After each wave the server must come back to its idle KV pages (/metrics). Pass 
 server never dies, no sanitizer report in its log (LeakSanitizer's at exit included), every
 bad request answered 4xx, every other request either finished with its quiet greedy text or
 was refused 429/503 with Retry-After (never cut mid-stream), pages back to idle after each
-wave, and RSS after the run within --max-rss-growth (5 %) of RSS after the warm-up (--warmup-waves, the
+wave, the live heap (/metrics oscar_heap_live_bytes) after the run within --max-heap-growth (5 %) of
+the heap after the warm-up, and RSS after the run within --max-rss-growth (5 %) of RSS after the warm-up (--warmup-waves, the
 first wave by default: an ASan build's allocator keeps growing its per-thread caches for a few
 minutes of this load). Prints and (--out)
 writes one JSON row; exits 1 on any failure.
@@ -286,6 +287,8 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--wrap", default="", help="a command the server runs under (compute-sanitizer ...)")
     ap.add_argument("--warmup-waves", type=int, default=1, help="waves before the RSS baseline (at least 1)")
+    ap.add_argument("--max-heap-growth", type=float, default=0.05,
+                    help="bound on the live heap's growth after the warm-up (/metrics oscar_heap_live_bytes)")
     ap.add_argument("--max-rss-growth", type=float, default=0.05,
                     help="largest RSS growth from the end of the warm-up to the last wave (a fraction)")
     ap.add_argument("--seed", type=int, default=1)
@@ -354,6 +357,9 @@ def main():
         # without the other is the allocator keeping freed memory, not the server holding it.
         hbase = heap[min(a.warmup_waves, len(heap)) - 1]
         heap_growth = (heap[-1] - hbase) / hbase if len(heap) > a.warmup_waves and hbase > 0 else None
+        if heap_growth is not None and heap_growth > a.max_heap_growth:
+            stats.fail(f"the live heap grew {heap_growth * 100:.1f} % from the end of wave {a.warmup_waves - 1} "
+                       f"to the last ({heap})")
         row.update({"waves": waves, "pages_idle": pages0, "rss_growth": round(growth, 4),
                     "heap_growth": None if heap_growth is None else round(heap_growth, 4),
                     "preemptions": metrics(url).get("oscar_preemptions_total")})
