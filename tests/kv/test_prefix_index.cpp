@@ -86,5 +86,26 @@ TEST(PrefixIndex, EvictsTheLeastRecentlyUsedEntryItMay) {
   EXPECT_EQ(ix.stats().entries, 2);
 }
 
+// A prefix put or touched as one ends with its first block the most recently used: its
+// deepest block is evicted first, then the next deepest.
+TEST(PrefixIndex, APrefixIsEvictedFromItsEnd) {
+  PrefixIndex ix;
+  ix.enable("m", windows(false));
+  const std::vector<int32_t> t = tokens(64, 6);
+  const auto keys = ix.keys(t, 4);
+  ix.put_prefix(keys, [](int64_t b, PrefixEntry& e) { e.fp = b < 3 ? int32_t(b) : -1; });  // block 3: nothing to share
+  EXPECT_EQ(ix.stats().entries, 3);
+  std::vector<int32_t> released;
+  const auto release = [&](const PrefixEntry& e) { released.push_back(e.fp); };
+  const auto any = [](const PrefixEntry&) { return true; };
+  EXPECT_TRUE(ix.evict_one(any, release));
+  std::vector<PrefixEntry*> found = ix.find(t);
+  ASSERT_EQ(found.size(), 2u);
+  ix.touch_prefix(found);  // attached again: the first block newest once more
+  EXPECT_TRUE(ix.evict_one(any, release));
+  EXPECT_TRUE(ix.evict_one(any, release));
+  EXPECT_EQ(released, (std::vector<int32_t>{2, 1, 0}));
+}
+
 }  // namespace
 }  // namespace oscar

@@ -63,7 +63,7 @@ int64_t KvCache::attach_prefix(SeqId seq, std::span<const int32_t> tokens) {
   const int64_t n = prefix_.usable_blocks(found);
   if (n == 0) return 0;
   const int64_t P = n * spec_.block_tokens;
-  for (int64_t b = n - 1; b >= 0; --b) prefix_.touch(*found[size_t(b)]);  // as register_prefix
+  prefix_.touch_prefix(std::span(found).first(size_t(n)));
   for (int64_t b = 0; b < n; ++b) {
     PrefixEntry& e = *found[size_t(b)];
     if (prefix_.needs_history(b, n)) {
@@ -86,11 +86,7 @@ void KvCache::register_prefix(SeqId seq, std::span<const int32_t> tokens) {
   const Sequence& s = seq_ref(seq);
   const int64_t B = spec_.block_tokens, sink_blocks = spec_.sink / B;
   const int64_t n_full = std::min<int64_t>(int64_t(tokens.size()), s.length) / B;
-  const std::vector<PrefixIndex::Key> keys = prefix_.keys(tokens, n_full);
-  // Deepest block first, so that the first is the most recently used: eviction (LRU) then
-  // takes a prefix from its end and keeps what is left of it usable.
-  for (int64_t b = n_full - 1; b >= 0; --b) {
-    PrefixEntry& e = prefix_.entry(keys[size_t(b)]);
+  prefix_.put_prefix(prefix_.keys(tokens, n_full), [&](int64_t b, PrefixEntry& e) {
     if (e.fp < 0 && s.blocks[size_t(b)] >= 0) {
       e.fp = s.blocks[size_t(b)];
       fp_alloc_.retain(e.fp);
@@ -100,8 +96,7 @@ void KvCache::register_prefix(SeqId seq, std::span<const int32_t> tokens) {
       e.history = s.q_blocks[size_t(qi)];
       q_alloc_.retain(e.history);
     }
-    if (e.fp < 0 && e.history < 0) prefix_.erase(keys[size_t(b)]);  // nothing to share (cannot happen: kept for safety)
-  }
+  });
 }
 
 PrefixCacheStats KvCache::prefix_stats() const { return prefix_.stats(); }

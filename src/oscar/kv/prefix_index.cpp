@@ -83,6 +83,18 @@ PrefixEntry& PrefixIndex::entry(const Key& k) {
   return e;
 }
 
+void PrefixIndex::touch_prefix(std::span<PrefixEntry* const> blocks) {
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) touch(**it);
+}
+
+void PrefixIndex::put_prefix(const std::vector<Key>& keys, const std::function<void(int64_t, PrefixEntry&)>& fill) {
+  for (int64_t b = int64_t(keys.size()) - 1; b >= 0; --b) {
+    PrefixEntry& e = entry(keys[size_t(b)]);
+    fill(b, e);
+    if (e.fp < 0 && e.history < 0) erase(keys[size_t(b)]);
+  }
+}
+
 bool PrefixIndex::evict_one(const std::function<bool(const PrefixEntry&)>& frees,
                             const std::function<void(const PrefixEntry&)>& release) {
   auto victim = map_.end();

@@ -60,6 +60,14 @@ class PrefixIndex {
   bool needs_history(int64_t b, int64_t n) const;
   void count_hits(int64_t n) { hits_ += n; }
   void touch(PrefixEntry& e) { e.used = ++clock_; }
+  // Marks the blocks of one prefix used, its first block last (the most recent): eviction,
+  // least recently used first, then takes a prefix from its end, and what is left of it
+  // still attaches. (In block order, the first block would go first and strand the rest.)
+  void touch_prefix(std::span<PrefixEntry* const> blocks);
+  // Offers the blocks of one prefix (their keys, in order): fill(b, entry) gives block b's
+  // entry, created empty if missing, the pages it can; an entry left with none is dropped.
+  // The blocks are visited deepest first, so that they end touched as touch_prefix leaves them.
+  void put_prefix(const std::vector<Key>& keys, const std::function<void(int64_t, PrefixEntry&)>& fill);
 
   // The entry of a key, created empty if missing, and touched.
   PrefixEntry& entry(const Key& k);

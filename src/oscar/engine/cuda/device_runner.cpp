@@ -165,7 +165,7 @@ int64_t DeviceRunner::attach_prefix(SeqId seq, std::span<const int32_t> tokens) 
   if (n == 0) return 0;
   const int64_t P = n * B, h = c.history_end(P);
   std::vector<int32_t> fp(size_t(n), -1), hist;
-  for (int64_t b = n - 1; b >= 0; --b) prefix_.touch(*found[size_t(b)]);  // as register_prefix
+  prefix_.touch_prefix(std::span(found).first(size_t(n)));
   for (int64_t b = 0; b < n; ++b) {
     if (!prefix_.needs_history(b, n)) {
       fp[size_t(b)] = found[size_t(b)]->fp;
@@ -196,11 +196,7 @@ void DeviceRunner::register_prefix(SeqId seq, std::span<const int32_t> tokens) {
   const int64_t S = c.format().sink, L = std::min<int64_t>(int64_t(tokens.size()), c.length(slot));
   const bool quantized = c.geometry().has_history();
   const int64_t h = quantized ? c.history_end(c.length(slot)) : 0;  // rows [S, h) are written history
-  const std::vector<PrefixIndex::Key> keys = prefix_.keys(tokens, L / B);
-  // Deepest block first, so that the first is the most recently used: eviction (LRU) then
-  // takes a prefix from its end and keeps what is left of it usable (KvCache does the same).
-  for (int64_t b = int64_t(keys.size()) - 1; b >= 0; --b) {
-    PrefixEntry& e = prefix_.entry(keys[size_t(b)]);
+  prefix_.put_prefix(prefix_.keys(tokens, L / B), [&](int64_t b, PrefixEntry& e) {
     if (e.fp < 0) {
       const int32_t p = c.entry(Pool::fp, slot, b);
       if (p >= 0) device_call("register_prefix", [&] { c.cache_hold(Pool::fp, e.fp = p); });
@@ -209,8 +205,7 @@ void DeviceRunner::register_prefix(SeqId seq, std::span<const int32_t> tokens) {
       const int32_t p = c.entry(Pool::hist, slot, (b * B - S) / H);
       if (p >= 0) device_call("register_prefix", [&] { c.cache_hold(Pool::hist, e.history = p); });
     }
-    if (e.fp < 0 && e.history < 0) prefix_.erase(keys[size_t(b)]);
-  }
+  });
 }
 
 bool DeviceRunner::evict_for(const KvPages& need) {
