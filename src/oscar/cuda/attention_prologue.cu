@@ -147,8 +147,9 @@ __global__ void prologue_kernel(const AttentionPrologueParams p) {
   __shared__ double red[kD / 32][kH];
   const int b = blockIdx.y, e = threadIdx.x, d = kD, h0 = blockIdx.x * kH;
   const int n_all = p.n_heads + p.n_kv_heads;
+  const bool rotates_v = p.rot_v && h0 + kH > p.n_heads;  // some of its heads are KV heads
   if (p.rot_k) prefetch_rotation<kD>(p.rot_k);
-  if (p.rot_v && h0 + kH > p.n_heads) prefetch_rotation<kD>(p.rot_v);
+  if (rotates_v) prefetch_rotation<kD>(p.rot_v);
   detail::wait_for_prior_grid();
   detail::allow_dependent_launch();
   const int t = p.pos[b];
@@ -200,7 +201,7 @@ __global__ void prologue_kernel(const AttentionPrologueParams p) {
     key_bias_coef_rows<kD, kH>(x, rows, pair, bias, coef);
   }
   if (p.rot_k) rotate_values<kD, kH>(x, rows, p.rot_k);  // queries and keys alike
-  if (p.rot_v && h0 + kH > p.n_heads) rotate_values<kD, kH>(v, rows, p.rot_v);
+  if (rotates_v) rotate_values<kD, kH>(v, rows, p.rot_v);
 #pragma unroll
   for (int j = 0; j < kH; ++j) {
     const int h = h0 + j;
