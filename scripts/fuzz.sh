@@ -66,11 +66,15 @@ for t in "${targets[@]}"; do
   log="$build/findings/$t.log"
   t0=$(date +%s)
   set +e
-  "$build/fuzz_$t" "$work" ${dict[@]+"${dict[@]}"} -max_total_time="$seconds" ${runs[@]+"${runs[@]}"} -max_len="$(max_len_for "$t")" \
-    -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
-    -artifact_prefix="$build/findings/$t-" > "$log" 2>&1
+  # The fuzzer's own CPU seconds (user + system), beside the wall time: a long run on
+  # shared cores gets less than its wall clock.
+  TIMEFORMAT='%U %S'
+  { time "$build/fuzz_$t" "$work" ${dict[@]+"${dict[@]}"} -max_total_time="$seconds" ${runs[@]+"${runs[@]}"} \
+      -max_len="$(max_len_for "$t")" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
+      -artifact_prefix="$build/findings/$t-" > "$log" 2>&1 ; } 2> "$log.cpu"
   rc=$?
   set -e
+  cpu=$(awk '{printf "%.0f", $1 + $2}' "$log.cpu" 2>/dev/null || echo '?')
   n_runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
   cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+' || echo '?')
   corpus=$(find "$work" -type f | wc -l)
@@ -79,7 +83,7 @@ for t in "${targets[@]}"; do
     echo "fuzz_$t: FAILED (exit $rc) after $n_runs runs; input in $build/findings/; log $log:"
     grep -E "ERROR|runtime error|expectation failed|Test unit written|deadly signal" "$log" | head -8
   else
-    echo "fuzz_$t: ok, $n_runs runs in $(( $(date +%s) - t0 )) s, coverage $cov edges, corpus $corpus inputs"
+    echo "fuzz_$t: ok, $n_runs runs in $(( $(date +%s) - t0 )) s ($cpu CPU-s), coverage $cov edges, corpus $corpus inputs"
   fi
 done
 exit $failed

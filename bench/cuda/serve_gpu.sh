@@ -9,25 +9,31 @@
 #          SmolLM2-shaped model: SOAK_SECONDS (90) of 16
 #          streaming clients over capacity, 30 % leaving mid-stream, 10 % malformed, 50 stalled;
 #          the row to $OUT/soak_gpu_<tool>.json
-#   model  a Qwen3-8B-shaped GGUF with random BF16 weights (/tmp/oscar-qwen3-8b.gguf) and
-#          OSCAR rotations calibrated on it (/tmp/oscar-qwen3-8b-rot)
+#   model  a GGUF at $SHAPE with random weights (/tmp/oscar-$SHAPE.gguf: BF16 for qwen3-8b,
+#          Q8_0 for qwen3-32b, whose BF16 file would not fit a 64 GiB disk; the device holds
+#          both as BF16) and OSCAR rotations calibrated on it (/tmp/oscar-$SHAPE-rot)
 #   load   bench/serve_load.py against the server at one KV budget (--kv-mem, default 40 GiB),
 #          32K-token prompts, int2-oscar then bf16, both given the same request set: as many
 #          requests as int2-oscar admits at once, all sent at once (BF16 queues the rest);
-#          rows to $OUT/serve_gpu_qwen3_8b.json, and in the issue's form to $OUT/serve_rows.json
+#          rows to $OUT/serve_gpu_<shape>.json, and in the issue's form to $OUT/serve_rows.json
 #   prefix int2-oscar with its prefix cache on and off: a shared document of SHARED_PREFIX_TOKENS
 #          (30000) sent once, then CONC_PREFIX (16) concurrent prompts of it plus their own tokens;
 #          rows to $OUT/serve_gpu_qwen3_8b_prefix.json
 # Environment: OUT (results folder), KV_MEM_MIB (40960), PROMPT_TOKENS (32000), MAX_TOKENS (256),
-# STEP_TOKENS (4096: tokens per engine step), WORKLOAD (row label, "long-doc"), SHAPE (qwen3-8b),
-# CONC (requests, all sent at once; default "fit": what the first KV type's plan says fits at
-# once, then the same for the others), LOAD_KVS ("int2-oscar bf16"). With every request
-# admitted at once the rows also give decode at full batch (full_batch_*).
+# STEP_TOKENS (4096: tokens per engine step), WORKLOAD (row label, "long-doc"), SHAPE (qwen3-8b
+# or qwen3-32b), LOAD_TIMEOUT (580 s: one load run, its client included), CONC (requests, all
+# sent at once; default "fit": what the first KV type's plan says fits at once, then the same
+# for the others), LOAD_KVS ("int2-oscar bf16"). With every request admitted at once the rows
+# also give decode at full batch (full_batch_*).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source bench/cuda/device_env.sh  # $bin, $out, wait_ready
-model=/tmp/oscar-qwen3-8b.gguf
-rot=/tmp/oscar-qwen3-8b-rot
+shape="${SHAPE:-qwen3-8b}"
+model="/tmp/oscar-$shape.gguf"
+rot="/tmp/oscar-$shape-rot"
+weight_type=bf16
+[[ $shape == qwen3-32b ]] && weight_type=q8_0
+served_name="$shape-random"
 kv_mem="${KV_MEM_MIB:-40960}"
 prompt_tokens="${PROMPT_TOKENS:-32000}"
 max_tokens="${MAX_TOKENS:-256}"
@@ -55,9 +61,9 @@ for phase in "$@"; do
         --max-rss-growth 0.2 --out "$out/soak_gpu_$tool.json" 2>&1 | tail -25
       ;;
     model)
-      echo "== Qwen3-8B shape, random BF16 weights"
+      echo "== $shape, random $weight_type weights"
       t0=$(date +%s)
-      [[ -f "$model" ]] || "$bin" make-model --shape qwen3-8b -o "$model" || exit 1
+      [[ -f "$model" ]] || "$bin" make-model --shape "$shape" --type "$weight_type" -o "$model" || exit 1
       echo "written in $(( $(date +%s) - t0 )) s: $(du -h "$model" | cut -f1)"
       t0=$(date +%s)
       [[ -f "$rot/manifest.json" ]] || "$bin" calibrate -m "$model" -f .device/data/calib.txt --tokens 512 --prompts 2 \
@@ -65,7 +71,7 @@ for phase in "$@"; do
       echo "calibrated in $(( $(date +%s) - t0 )) s"
       ;;
     load)
-      json="$out/serve_gpu_qwen3_8b.json"
+      json="$out/serve_gpu_${shape//[-.]/_}.json"
       workload="${WORKLOAD:-long-doc}" conc="${CONC:-fit}"
       for kv in ${LOAD_KVS:-int2-oscar bf16}; do
         extra=()
@@ -73,7 +79,7 @@ for phase in "$@"; do
         log="$out/serve_gpu_${workload}_${kv}.log"
         t0=$(date +%s)
         "$bin" serve -m "$model" --device cuda --kv "$kv" "${extra[@]}" -c "$ctx" --max-seqs 256 --kv-mem "$kv_mem" \
-          --step-tokens "${STEP_TOKENS:-4096}" --port 0 --model-name qwen3-8b-random > "$log" 2>&1 &
+          --step-tokens "${STEP_TOKENS:-4096}" --port 0 --model-name "$served_name" > "$log" 2>&1 &
         pid=$!
         port=$(wait_ready "$log" "$pid") || { kill "$pid" 2>/dev/null; continue; }
         echo "== $workload, $kv: ready in $(( $(date +%s) - t0 )) s on port $port"; grep -E "KV bytes|engine:" "$log"
@@ -81,16 +87,16 @@ for phase in "$@"; do
         [[ $conc == fit ]] && conc=$fit  # the first KV type's count, kept for the others
         echo "requests (all at once): $conc; this KV type fits $fit at once"
         [[ -n "$conc" && "$conc" -ge 1 ]] || { echo "no concurrency for $kv" >&2; kill "$pid"; continue; }
-        timeout 580 "$py" bench/serve_load.py --base-url "http://127.0.0.1:$port" --model qwen3-8b-random \
+        timeout "${LOAD_TIMEOUT:-580}" "$py" bench/serve_load.py --base-url "http://127.0.0.1:$port" --model "$served_name" \
           --token-prompts 151000 --prompt-tokens "$prompt_tokens" --max-tokens "$max_tokens" \
-          --concurrency "$conc" --requests "$conc" --timeout 560 --server oscar --kv "$kv" \
+          --concurrency "$conc" --requests "$conc" --timeout $(( ${LOAD_TIMEOUT:-580} - 20 )) --server oscar --kv "$kv" \
           --out "$json" --label "gpu-$workload-$kv" || echo "load run for $kv failed ($?)"
         kill -TERM "$pid"; wait "$pid"; echo "server exit: $?"
         tail -3 "$log"
       done
       # The issue's rows: {"bench": "serve", "shape", "workload", "kv", "clients", whole run,
       # full batch, TTFT and ITL p50}, with the run's own fields beside them.
-      python3 - "$json" "$out/serve_rows.json" "${SHAPE:-qwen3-8b}" "$workload" "${OSCAR_COMMIT:-unknown}" <<'PY'
+      python3 - "$json" "$out/serve_rows.json" "$shape" "$workload" "${OSCAR_COMMIT:-unknown}" <<'PY'
 import datetime, json, os, subprocess, sys
 src, dst, shape, workload, commit = sys.argv[1:]
 doc = json.load(open(src))
@@ -122,11 +128,11 @@ PY
         extra=(--rotations "$rot"); [[ $cache == off ]] && extra+=(--no-prefix-cache)
         log="$out/serve_gpu_prefix_${cache}.log"
         "$bin" serve -m "$model" --device cuda --kv int2-oscar "${extra[@]}" -c "$ctx" --max-seqs 64 \
-          --kv-mem "$kv_mem" --step-tokens 1024 --port 0 --model-name qwen3-8b-random > "$log" 2>&1 &
+          --kv-mem "$kv_mem" --step-tokens 1024 --port 0 --model-name "$served_name" > "$log" 2>&1 &
         pid=$!
         port=$(wait_ready "$log" "$pid") || { kill "$pid" 2>/dev/null; continue; }
         echo "== int2-oscar, prefix cache $cache: port $port"; grep -E "prefix cache:" "$log"
-        common=(--base-url "http://127.0.0.1:$port" --model qwen3-8b-random --token-prompts 151000
+        common=(--base-url "http://127.0.0.1:$port" --model "$served_name" --token-prompts 151000
                 --shared-prefix-tokens "$shared" --max-tokens "$max_tokens" --server oscar --kv int2-oscar)
         # The document alone (plus the two tokens a prompt keeps to compute): registered at its
         # own length, its recent window's fp pages are the ones a longer prompt's hit needs.
