@@ -32,6 +32,7 @@ struct ServeOptions {
   double output_reserve = 1.0;
   int max_connections = 1024;  // served at once, a thread each; up to 64 more get 503
   int read_timeout = 5;        // seconds a connection may send nothing
+  int request_timeout = 20;    // seconds a request's headers and body may take to arrive
   double shutdown_timeout = 30;
   bool no_prefix_cache = false;
 };
@@ -87,6 +88,7 @@ int serve(const ServeOptions& o) {
   sc.model_name = o.model_name.empty() ? std::filesystem::path(o.model.model).stem().string() : o.model_name;
   sc.max_connections = o.max_connections;
   sc.read_timeout_s = o.read_timeout;
+  sc.request_timeout_s = o.request_timeout;
   // A descriptor per connection: the soft limit (often 1024) up to the hard one.
   if (rlimit rl{}; getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
     rl.rlim_cur = rl.rlim_max;
@@ -178,6 +180,9 @@ void add_serve_command(CLI::App& app) {
                   "connections served at once, a thread each; up to 64 more are answered 503 with Retry-After")
       ->check(CLI::Range(4, 65536));
   cmd->add_option("--read-timeout", o->read_timeout, "seconds: a connection that stalls is closed within 1.5 times this")
+      ->check(CLI::Range(1, 3600));
+  cmd->add_option("--request-timeout", o->request_timeout,
+                  "seconds a request's headers and body may take to arrive, however they trickle in (408 after)")
       ->check(CLI::Range(1, 3600));
   cmd->add_option("--shutdown-timeout", o->shutdown_timeout, "seconds SIGTERM waits for running requests")
       ->check(CLI::Range(0.0, 3600.0));

@@ -253,8 +253,8 @@ def server_args(name: str) -> list[str]:
         return ["--kv", "bf16"]
     if name == "int2":
         return INT2_ARGS + ["--rotations", rotations()]
-    if name == "capped":  # a small connection cap and read timeout, for the slow-client tests
-        return ["--kv", "bf16", "--max-connections", "64", "--read-timeout", "3"]
+    if name == "capped":  # a small connection cap and short timeouts, for the slow-client tests
+        return ["--kv", "bf16", "--max-connections", "64", "--read-timeout", "3", "--request-timeout", "4"]
     raise KeyError(name)
 
 
@@ -892,6 +892,67 @@ def test_slow_clients():
             s.close()
 
 
+def test_trickling_clients():
+    """48 connections that each send a request a byte a second, every read inside the read
+    timeout (1.5 s here): /health and a completion still answer within 2 s, and the server
+    closes them all at the request timeout (4 s here), not when their requests end (2 min)."""
+    srv = get_server("capped")
+    complete(srv, "Hello", 2)  # warm
+    body = b'{"model": "m", "prompt": "' + b"x" * 60 + b'", "max_tokens": 1}'
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    socks = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(48)]
+    t0 = time.monotonic()
+    closed_at = {}
+    health = comp = None
+    try:
+        for i in range(len(request)):
+            if len(closed_at) == len(socks) or time.monotonic() - t0 > 10:
+                break
+            for k, s in enumerate(socks):
+                if k in closed_at:
+                    continue
+                try:
+                    s.sendall(request[i:i + 1])
+                except OSError:
+                    closed_at[k] = time.monotonic() - t0
+                    continue
+                s.setblocking(False)
+                try:
+                    while True:
+                        data = s.recv(4096)
+                        if not data:
+                            closed_at[k] = time.monotonic() - t0
+                            break
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError:
+                    closed_at[k] = time.monotonic() - t0
+                s.setblocking(True)
+            if i == 2:  # while they trickle
+                c = new_http()
+                t = time.monotonic()
+                r = c.get(srv.url + "/health", timeout=10)
+                health = time.monotonic() - t
+                t = time.monotonic()
+                _, fin, _, _ = complete(srv, "The capital of France is", 4, client=c)
+                comp = time.monotonic() - t
+                c.close()
+                check(r.status_code == 200 and health < 2.0, f"/health took {health:.2f} s (HTTP {r.status_code})")
+                check(fin in ("stop", "length") and comp < 2.0, f"the completion took {comp:.2f} s ({fin})")
+            time.sleep(max(0.0, (i + 1) - (time.monotonic() - t0)))
+    finally:
+        for s in socks:
+            s.close()
+    times = sorted(closed_at.values())
+    info(f"/health {health * 1000:.0f} ms and a completion {comp * 1000:.0f} ms while they trickled; "
+         f"{len(times)} of {len(socks)} closed by the server, from {times[0]:.1f} to {times[-1]:.1f} s"
+         if times and health is not None else f"{len(times)} of {len(socks)} closed")
+    check(len(times) == len(socks), f"{len(socks) - len(times)} trickling connections still open after 10 s")
+    check(times and times[0] > 3.0, f"a trickling connection was closed at {times[0] if times else 0:.1f} s, "
+                                    "before the 4-s request timeout")
+
+
 def test_connection_cap():
     """Over --max-connections (64 here, all held by stalled clients) a request is answered
     503 with Retry-After at once, and served again once they are gone."""
@@ -1194,6 +1255,7 @@ TESTS = [
     test_disconnect_frees_pages,
     test_nonstreaming_disconnect,
     test_slow_clients,
+    test_trickling_clients,
     test_connection_cap,
     test_prefix_cache_bf16,
     test_bad_requests,

@@ -11,6 +11,7 @@
 
 #include "oscar/core/error.h"
 #include "oscar/serve/connection_pool.h"
+#include "oscar/serve/deadline_server.h"
 
 namespace oscar::serve {
 
@@ -47,6 +48,7 @@ const char* status_type(int status) {
   switch (status) {
     case 401: return "authentication_error";
     case 404: return "not_found_error";
+    case 408: return "request_timeout";
     case 413: return "request_too_large";
     case 431: return "request_header_fields_too_large";
     case 503: return "unavailable";
@@ -221,7 +223,9 @@ bool keys_equal(std::string_view expected, std::string_view given) {
 }
 
 HttpServer::HttpServer(ServerConfig config, Metrics& metrics)
-    : config_(std::move(config)), metrics_(metrics), svr_(std::make_unique<httplib::Server>()) {
+    : config_(std::move(config)),
+      metrics_(metrics),
+      svr_(std::make_unique<DeadlineServer>(std::chrono::seconds(config_.request_timeout_s))) {
   const int workers = std::max(config_.max_connections, 4), overflow = std::max(config_.max_overflow, 0);
   svr_->new_task_queue = [workers, overflow] { return new ConnectionPool(workers, overflow); };
   svr_->set_payload_max_length(config_.max_body_bytes);
@@ -268,8 +272,18 @@ void HttpServer::routes() {
   httplib::Server& s = *svr_;
   s.set_logger([this](const httplib::Request&, const httplib::Response& res) { metrics_.count_request(res.status); });
   // Every error leaves as JSON: routes that set no body (404, 413 from httplib) get one here.
-  s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+  const int request_timeout_s = config_.request_timeout_s;
+  s.set_error_handler(httplib::Server::HandlerWithResponse([request_timeout_s](const httplib::Request& req,
+                                                                               httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (DeadlineServer::request_timed_out()) {
+      // The headers or the body came too slowly; the connection is closed after this answer.
+      res.status = 408;
+      res.set_header("Connection", "close");
+      reply_error(res, 408, fmt::format("the request did not arrive within {} s (--request-timeout)", request_timeout_s),
+                  status_type(408));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (res.status == 400 && req.has_header("Content-Length") &&
         req.body.size() < size_t(std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10))) {
       // The body ended early or stalled past the read timeout.

@@ -31,6 +31,7 @@ struct ServerConfig {
   int max_connections = 1024;
   int max_overflow = 64;
   int read_timeout_s = 5;               // a stalled connection is closed after 1-1.5 times this
+  int request_timeout_s = 20;           // a request's headers and body must arrive within this (else 408)
 };
 
 // What the routes serve once the model is loaded.
