@@ -44,7 +44,7 @@ namespace {
 using oscar::cuda::DeviceKvCache;
 using oscar::cuda::DeviceModel;
 using oscar::cuda::KvCacheLimits;
-using oscar::cuda::KvFormat;
+using oscar::KvFormat;
 using oscar::ModelDims;
 using oscar::RopeFreqs;
 using oscar::RopeStyle;
@@ -126,7 +126,7 @@ KvFormat make_format(const KvSpec& spec, const ModelDims& s, uint64_t seed, doub
   f.window = kWindow;
   f.group = kGroup;
   const size_t L = size_t(s.n_layers);
-  f.bits.assign(L, spec.bits);
+  f.set_bits(std::vector<int>(size_t(L), spec.bits));
   f.k_clip.assign(L, spec.bits ? kClip : 0.f);
   f.v_clip.assign(L, spec.bits ? kClip : 0.f);
   f.rot_k.assign(L, {});

@@ -90,7 +90,7 @@ inline void fill_sequence(oscar::cuda::DeviceKvCache& cache, int slot, int64_t t
     }
     if (!hist_pages.empty() && cache.row_bytes(l) > 0) {
       CHECK_CUDA(cudaMemcpy(d_pages, hist_pages.data(), hist_pages.size() * 4, cudaMemcpyHostToDevice));
-      const int rb = int(cache.row_bytes(l)), code_bytes = cache.head_dim() * cache.format().bits[size_t(l)] / 8;
+      const int rb = int(cache.row_bytes(l)), code_bytes = cache.head_dim() * cache.format().bits(l) / 8;
       const int64_t rows = int64_t(cache.n_kv_heads()) * kHistPage;
       fill_hist_pages<<<1024, 256, 0, stream>>>(cache.hist_k(l), d_pages, int(hist_pages.size()), rows, rb, code_bytes,
                                                  seed * 7 + uint64_t(l));

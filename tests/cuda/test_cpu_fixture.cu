@@ -32,7 +32,7 @@ using oscar::cuda::DeviceModel;
 using oscar::cuda::GemmPrecision;
 using oscar::cuda::HostModel;
 using oscar::cuda::KvCacheLimits;
-using oscar::cuda::KvFormat;
+using oscar::KvFormat;
 
 struct Fixture {
   HostModel model;
@@ -79,7 +79,7 @@ bool read_fixture(const std::string& path, Fixture& f) {
   const size_t L = size_t(s.n_layers), d2 = size_t(s.head_dim) * size_t(s.head_dim);
   f.kv.sink = r.value<int32_t>(), f.kv.window = r.value<int32_t>(), f.kv.group = r.value<int32_t>();
   f.kv.k_bias_split = r.value<int32_t>() != 0;
-  f.kv.bits = r.array<int>(L);
+  f.kv.set_bits(r.array<int>(L));
   f.kv.k_clip = r.array<float>(L);
   f.kv.v_clip = r.array<float>(L);
   f.kv.rot_k.resize(L);
@@ -138,7 +138,7 @@ Agreement agree(const std::vector<float>& got, const float* want, size_t n, size
 
 void run_fixture(const std::string& name, const Fixture& f, GemmPrecision precision) {
   const size_t n = f.tokens.size(), V = size_t(f.model.dims.n_vocab);
-  const bool quantized = std::any_of(f.kv.bits.begin(), f.kv.bits.end(), [](int b) { return b != 0; });
+  const bool quantized = f.kv.any_history();
   const bool exact = precision == GemmPrecision::f32;
   const double max_rel = exact ? (quantized ? 1e-2 : 1e-3) : (quantized ? 1.5e-1 : 2e-2);
   const double min_top1 = exact ? 0.98 : 0.90;
@@ -231,7 +231,7 @@ void run_cpu_fixture_tests() {
     }
     try {
       for (GemmPrecision p : {GemmPrecision::f32, GemmPrecision::bf16}) run_fixture(s.substr(0, s.size() - 4), f, p);
-      const bool quantized = std::any_of(f.kv.bits.begin(), f.kv.bits.end(), [](int b) { return b != 0; });
+      const bool quantized = f.kv.any_history();
       if (f.kv.k_bias_split && quantized) run_split_self_check(s.substr(0, s.size() - 4), f);
     } catch (const std::exception& e) {
       report(false, "cpu fixture " + s + ": " + e.what());

@@ -244,12 +244,12 @@ oc::HostModel make_model(const Variant& var, std::mt19937& rng) {
   return m;
 }
 
-oc::KvFormat make_format(const Variant& var, std::mt19937& rng) {
-  oc::KvFormat f;
+oscar::KvFormat make_format(const Variant& var, std::mt19937& rng) {
+  oscar::KvFormat f;
   f.sink = var.sink;
   f.window = var.window;
   f.group = var.group;
-  f.bits = var.bits;
+  f.set_bits(var.bits);
   f.k_clip = var.k_clip;
   f.v_clip = var.v_clip;
   f.rot_k.resize(size_t(var.n_layers));
@@ -351,7 +351,7 @@ void attend(const Real* q, const std::vector<const float*>& keys, const std::vec
 // reads them once demoted (quantize_row/dequantize_row of the stored row, the layer's clip).
 class Reference {
  public:
-  Reference(const oc::HostModel& m, const oc::KvFormat& kv, int max_seqs)
+  Reference(const oc::HostModel& m, const oscar::KvFormat& kv, int max_seqs)
       : s_(m.dims), rope_(m.rope), kv_(kv), seqs_(size_t(max_seqs)) {
     embd_ = to_real(m.token_embd);
     out_ = m.output.empty() ? embd_ : to_real(m.output);
@@ -394,7 +394,7 @@ class Reference {
     Vec x(embd_.begin() + int64_t(id) * E, embd_.begin() + int64_t(id + 1) * E);
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& L = layers_[l];
-      const int bits = kv_.bits[l];
+      const int bits = kv_.bits(l);
       const Vec h = rmsnormed(x, L.attn_norm);
       Vec q = linear(h, L.wq, L.bq, H * d), k = linear(h, L.wk, L.bk, Hkv * d), v = linear(h, L.wv, L.bv, Hkv * d);
       for (int hd = 0; hd < H; ++hd) {
@@ -464,7 +464,7 @@ class Reference {
   };
   oscar::ModelDims s_;
   oscar::RopeFreqs rope_;
-  oc::KvFormat kv_;
+  oscar::KvFormat kv_;
   Vec embd_, out_, out_norm_;
   std::vector<Layer> layers_;
   std::vector<Seq> seqs_;
@@ -533,7 +533,7 @@ double row_rel_l2(const float* got, const float* want, int d) {
   return w2 > 0.0 ? std::sqrt(e2 / w2) : std::sqrt(e2);
 }
 
-CacheTally compare_cache(const oc::DeviceModel& m, const Reference& ref, const oc::KvFormat& kv) {
+CacheTally compare_cache(const oc::DeviceModel& m, const Reference& ref, const oscar::KvFormat& kv) {
   const oc::DeviceKvCache& c = m.cache();
   const int d = kHeadDim, n_kv = kKvHeads, page = oc::kDecodeFpBlockTokens, hpage = oc::kDecodeHistBlockTokens;
   const int fs = c.fp_stride(), hs = c.hist_stride();
@@ -554,7 +554,7 @@ CacheTally compare_cache(const oc::DeviceModel& m, const Reference& ref, const o
     if (!c.active(slot)) continue;
     const int64_t t = c.length(slot), h = c.history_end(t);
     for (int l = 0; l < c.n_layers(); ++l) {
-      const int bits = kv.bits[size_t(l)];
+      const int bits = kv.bits(l);
       const RowFormat fmt{d, bits > 0 ? bits : 8, kv.group};
       const size_t rb = bits > 0 ? size_t(fmt.row_bytes()) : 0;
       if (c.row_bytes(l) != rb) bad("layer " + std::to_string(l) + " row_bytes " + std::to_string(c.row_bytes(l)));
@@ -627,7 +627,7 @@ struct Check {
 void run_variant(const Variant& var, uint32_t seed) {
   std::mt19937 rng(seed);
   const oc::HostModel hm = make_model(var, rng);
-  const oc::KvFormat kv = make_format(var, rng);
+  const oscar::KvFormat kv = make_format(var, rng);
   const oc::KvCacheLimits limits{3, 160, 0, 0};
   std::unique_ptr<oc::DeviceModel> plain, graph;
   const std::string made = refusal([&] {
@@ -648,8 +648,8 @@ void run_variant(const Variant& var, uint32_t seed) {
     checks.push_back({"self-check: reference with wk[0][5,17] = 1.5", Reference(bad, kv, 3), var.tol, false, {}});
   }
   if (var.bf16_kv_check) {
-    oc::KvFormat f = kv;
-    std::fill(f.bits.begin(), f.bits.end(), 0);
+    oscar::KvFormat f = kv;
+    f.set_bits(std::vector<int>(size_t(f.n_layers()), 0));
     checks.push_back(
         {"self-check: reference with a BF16 cache (no quantization)", Reference(hm, f, 3), var.tol, false, {}});
   }
@@ -772,7 +772,7 @@ void run_variant(const Variant& var, uint32_t seed) {
     }
     cache = compare_cache(*plain, checks[0].ref, kv);
     if (var.bf16_kv_check) {  // self-check: the host quantizing with clip 0.9 on every layer
-      oc::KvFormat f = kv;
+      oscar::KvFormat f = kv;
       std::fill(f.k_clip.begin(), f.k_clip.end(), 0.9f);
       std::fill(f.v_clip.begin(), f.v_clip.end(), 0.9f);
       cache_clip = compare_cache(*plain, checks[0].ref, f);
@@ -823,9 +823,9 @@ void run_refusal_checks(uint32_t seed) {
   base.k_clip = base.v_clip = {0.0f, 0.0f};
   base.rot_k = base.rot_v = {0, 0};
   const oc::HostModel hm = make_model(base, rng);
-  const oc::KvFormat bf16 = make_format(base, rng);
-  oc::KvFormat int2 = bf16;
-  int2.bits = {2, 2};
+  const oscar::KvFormat bf16 = make_format(base, rng);
+  oscar::KvFormat int2 = bf16;
+  int2.set_bits({2, 2});
   std::uniform_int_distribution<int32_t> token(0, kVocab - 1);
 
   // Steps one slot token by token until a step throws or n ran: (steps that ran, message).
@@ -839,7 +839,7 @@ void run_refusal_checks(uint32_t seed) {
     return std::make_pair(n, std::string());
   };
   // A model made with `limits` runs `ok_steps` tokens and refuses the next (length unchanged).
-  auto full_case = [&](const std::string& what, const oc::KvFormat& kv, const oc::KvCacheLimits& limits, int ok_steps) {
+  auto full_case = [&](const std::string& what, const oscar::KvFormat& kv, const oc::KvCacheLimits& limits, int ok_steps) {
     std::pair<int, std::string> r{-1, ""};
     int64_t len = -1;
     const std::string made = refusal([&] {
@@ -883,7 +883,7 @@ void run_refusal_checks(uint32_t seed) {
     std::string what;
     std::vector<std::string> names;  // the message must contain one of these
     oc::HostModel m;
-    oc::KvFormat kv;
+    oscar::KvFormat kv;
   };
   std::vector<Bad> bad;
   auto add = [&](const std::string& what, std::vector<std::string> names) {
@@ -895,7 +895,7 @@ void run_refusal_checks(uint32_t seed) {
   add("layers[0].attn_norm one element long", {"attn_norm"})->m.layers[0].attn_norm.push_back(1.0f);
   add("RoPE's inv_freq of 31 entries", {"inv_freq"})->m.rope.inv_freq.pop_back();
   add("qkv_bias without biases", {"bq", "bk", "bv"})->m.dims.qkv_bias = true;
-  add("KvFormat bits for 1 of 2 layers", {"bits"})->kv.bits = {0};
+  add("KvFormat bits for 1 of 2 layers", {"bits"})->kv.set_bits({0});
   add("KvFormat rot_k[0] one element short", {"rot_k"})->kv.rot_k[0].assign(size_t(kHeadDim) * kHeadDim - 1, 0.0f);
   add("KvFormat k_shift for 1 of 2 layers", {"k_shift"})->kv.k_shift = {std::vector<float>(size_t(kKvHeads * kHeadDim))};
   add("KvFormat k_shift[1] one KV head short", {"k_shift"})->kv.k_shift = {{}, std::vector<float>(size_t(kHeadDim))};
@@ -914,7 +914,7 @@ void run_refusal_checks(uint32_t seed) {
       q.qkv_bias = true;
       q.bits = {2, 2};
       q.k_clip = q.v_clip = {0.96f, 0.92f};
-      const oc::KvFormat kv = make_format(q, rng);
+      const oscar::KvFormat kv = make_format(q, rng);
       auto m = std::make_unique<oc::DeviceModel>(make_dims(q), make_rope(q), kv, oc::KvCacheLimits{2, 128, 0, 0},
                                                  oc::RandomWeightLoader(seed));
       const int a = m->cache().add_sequence(), b = m->cache().add_sequence();

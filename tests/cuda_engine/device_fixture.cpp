@@ -28,7 +28,7 @@ class Writer {
 
 }  // namespace
 
-void write_device_fixture(const std::string& path, const cuda::HostModel& m, const cuda::KvFormat& kv,
+void write_device_fixture(const std::string& path, const cuda::HostModel& m, const KvFormat& kv,
                           const std::vector<int32_t>& tokens, const std::vector<float>& logits) {
   const ModelDims& s = m.dims;
   OSCAR_CHECK(logits.size() == tokens.size() * size_t(s.n_vocab), "fixture logits do not match the tokens");
@@ -41,7 +41,7 @@ void write_device_fixture(const std::string& path, const cuda::HostModel& m, con
   w.value<double>(m.rope.position_scale);
   w.array(m.rope.inv_freq);
   for (int v : {kv.sink, kv.window, kv.group, int(kv.k_bias_split)}) w.value<int32_t>(v);
-  for (int b : kv.bits) w.value<int32_t>(b);
+  for (int l = 0; l < kv.n_layers(); ++l) w.value<int32_t>(kv.bits(l));
   w.array(kv.k_clip);
   w.array(kv.v_clip);
   for (int l = 0; l < s.n_layers; ++l)

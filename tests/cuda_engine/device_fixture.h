@@ -21,7 +21,7 @@
 
 namespace oscar {
 
-void write_device_fixture(const std::string& path, const cuda::HostModel& m, const cuda::KvFormat& kv,
+void write_device_fixture(const std::string& path, const cuda::HostModel& m, const KvFormat& kv,
                           const std::vector<int32_t>& tokens, const std::vector<float>& logits);
 
 }  // namespace oscar

@@ -19,6 +19,12 @@
 namespace oscar {
 namespace {
 
+std::vector<int> layer_bits(const KvFormat& f) {
+  std::vector<int> b;
+  for (int l = 0; l < f.n_layers(); ++l) b.push_back(f.bits(l));
+  return b;
+}
+
 RotationSet random_rotations(int n_layers, int d) {
   RotationSet rs;
   rs.head_dim = d;
@@ -82,16 +88,16 @@ TEST(DeviceModelLoader, KvFormats) {
   {
     Transformer t(bf16_exact_model(false, 8));
     t.configure_kv(small_windows("bf16"));
-    const cuda::KvFormat f = device_kv_format(t);
-    EXPECT_EQ(f.bits, (std::vector<int>{0, 0}));
+    const KvFormat& f = device_kv_format(t);
+    EXPECT_EQ(layer_bits(f), (std::vector<int>{0, 0}));
     EXPECT_TRUE(f.rot_v.empty());
     EXPECT_TRUE(f.rot_k[0].empty());
   }
   {
     Transformer t(bf16_exact_model(false, 8));
     t.configure_kv(small_windows("int2-hadamard"));
-    const cuda::KvFormat f = device_kv_format(t);
-    EXPECT_EQ(f.bits, (std::vector<int>{2, 2}));
+    const KvFormat& f = device_kv_format(t);
+    EXPECT_EQ(layer_bits(f), (std::vector<int>{2, 2}));
     EXPECT_EQ(f.group, 64);
     EXPECT_EQ(f.sink, 16);
     EXPECT_EQ(f.window, 32);
@@ -103,7 +109,7 @@ TEST(DeviceModelLoader, KvFormats) {
     Transformer t(bf16_exact_model(false, 8));
     const RotationSet rs = random_rotations(2, 64);
     t.configure_kv(small_windows("int2-oscar"), &rs);
-    const cuda::KvFormat f = device_kv_format(t);
+    const KvFormat& f = device_kv_format(t);
     EXPECT_EQ(f.rot_k[1], rs.layers[1].k_rotation);
     EXPECT_TRUE(f.rot_v.empty()) << "R_V is absorbed into W_v / W_o";
     EXPECT_FLOAT_EQ(f.k_clip[0], 0.95f);
@@ -115,7 +121,7 @@ TEST(DeviceModelLoader, KvFormats) {
     KvSpec s = small_windows("int2");
     s.layer_types = parse_kv_layers("0:int4", 2);
     t.configure_kv(s);
-    EXPECT_EQ(device_kv_format(t).bits, (std::vector<int>{4, 2}));
+    EXPECT_EQ(layer_bits(device_kv_format(t)), (std::vector<int>{4, 2}));
   }
 }
 
@@ -152,7 +158,7 @@ TEST(DeviceModelLoader, RefusesWhatTheDeviceLacks) {
   for (LayerRotation& l : meaned.layers) l.k_mean = test::random_vector(size_t(2 * 64), 30 + uint64_t(l.layer), -2.0f, 2.0f);
   Transformer m(bf16_exact_model(false, 9)), n(bf16_exact_model(false, 9));
   m.configure_kv(small_windows("int2-oscar"), &meaned);
-  const cuda::KvFormat fm = device_kv_format(m);
+  const KvFormat& fm = device_kv_format(m);
   ASSERT_EQ(fm.k_shift.size(), 2u);
   for (int l = 0; l < 2; ++l) {
     EXPECT_EQ(fm.k_shift[size_t(l)], m.key_shift(l));

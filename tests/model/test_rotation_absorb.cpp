@@ -331,3 +331,62 @@ TEST(KScale, ChangesWhatIsQuantizedAndIsCheckedAgainstTheModel) {
 
 }  // namespace
 }  // namespace oscar
+
+namespace oscar {
+namespace {
+
+// Transformer::kv_format(), the configured KV format as both engines take it: the windows
+// and group; each layer's codes and clips (those of the CPU's history formats); R_K as the
+// rotator applies it; R_V only where it is not absorbed; the key shifts and scales.
+TEST(KvFormatOfTransformer, IsWhatConfigureKvChose) {
+  {
+    const Transformer t(tiny_model(false, 20));  // not configured: the default bf16 cache
+    EXPECT_EQ(t.kv_format().n_layers(), 2);
+    EXPECT_FALSE(t.kv_format().any_history());
+  }
+  {
+    Transformer t(tiny_model(false, 20));
+    KvSpec spec = small_window_spec("int2");
+    spec.layer_types = parse_kv_layers("0:int4", 2);
+    t.configure_kv(spec);
+    const KvFormat& f = t.kv_format();
+    EXPECT_EQ(f.sink, 2);
+    EXPECT_EQ(f.window, 4);
+    EXPECT_EQ(f.group, 16);
+    EXPECT_EQ(f.bits(0), 4);
+    EXPECT_EQ(f.v_bits(0), 4);
+    EXPECT_EQ(f.bits(1), 2);
+    EXPECT_TRUE(f.rot_k[0].empty());
+    EXPECT_TRUE(f.rot_v.empty());
+    EXPECT_TRUE(f.k_shift.empty());
+  }
+  const RotationSet rs = with_key_scales(with_key_means(random_rotations(2, 16, false, 70), 2, 94), 2, 122);
+  for (bool absorb : {false, true}) {
+    SCOPED_TRACE(absorb ? "R_V absorbed" : "R_V at run time");
+    KvSpec spec = small_window_spec("int2-oscar");
+    spec.k_mean = spec.k_scale = true;
+    Transformer t(tiny_model(false, 20));
+    t.configure_kv(spec, &rs, absorb);
+    const KvFormat& f = t.kv_format();
+    ASSERT_EQ(f.n_layers(), 2);
+    EXPECT_EQ(f.rot_v.size(), absorb ? 0u : 2u);
+    for (int l = 0; l < 2; ++l) {
+      const size_t i = size_t(l);
+      EXPECT_EQ(f.k_quant[i], KvQuant::int2);
+      EXPECT_EQ(f.k_clip[i], t.k_history_format(l).clip);
+      EXPECT_EQ(f.v_clip[i], t.v_history_format(l).clip);
+      EXPECT_EQ(f.rot_k[i], rs.layers[i].k_rotation);
+      if (!absorb) {
+        EXPECT_EQ(f.rot_v[i], rs.layers[i].v_rotation);
+      }
+      ASSERT_EQ(f.k_shift.size(), 2u);
+      EXPECT_EQ(f.k_shift[i], t.key_shift(l));
+      EXPECT_EQ(f.k_shift[i].size(), 32u);
+      ASSERT_EQ(f.k_scale.size(), 2u);
+      EXPECT_EQ(f.k_scale[i], rs.layers[i].k_scale);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace oscar

@@ -30,8 +30,9 @@ void rmsnorm_rows(const float* x, const float* w, float* y, int64_t rows, int64_
 }  // namespace
 
 Transformer::Transformer(ModelWeights weights)
-    : w_(std::move(weights)), rope_(rope_freqs(w_.config)), key_shift_(size_t(w_.config.n_layers)),
-      key_scale_(size_t(w_.config.n_layers)) {}
+    : w_(std::move(weights)), rope_(rope_freqs(w_.config)) {
+  set_kv_format({}, {});
+}
 
 KvShape Transformer::kv_shape() const {
   return KvShape{config().n_layers, config().n_kv_heads, config().head_dim};
@@ -74,16 +75,16 @@ void Transformer::configure_kv(const KvSpec& spec, const RotationSet* rotations,
   if (rs && absorb_v) absorb_v_rotation(w_, *rs);
   rotation_ = std::move(rotator);
   kv_spec_ = spec;
-  key_shift_.assign(size_t(c.n_layers), {});
-  key_scale_.assign(size_t(c.n_layers), {});
+  std::vector<std::vector<float>> key_shift(size_t(c.n_layers)), key_scale(size_t(c.n_layers));
   const int64_t kvd = int64_t(c.n_kv_heads) * c.head_dim;
   for (int l = 0; l < c.n_layers; ++l) {
     const float* s = layer_key_scale(spec, rs, l, c.n_kv_heads, c.head_dim);
-    if (s) key_scale_[size_t(l)].assign(s, s + kvd);
+    if (s) key_scale[size_t(l)].assign(s, s + kvd);
     if (const float* m = layer_key_mean(spec, rs, l, c.n_kv_heads, c.head_dim)) {
-      key_shift_[size_t(l)].assign(m, m + kvd);  // (m ⊘ s)·R_K: the shift of the stored key
-      if (s) unscale_key_rows(s, c.n_kv_heads, c.head_dim, key_shift_[size_t(l)].data(), 1);
-      rotation_.rotate_k(l, key_shift_[size_t(l)].data(), c.n_kv_heads);
+      std::vector<float>& shift = key_shift[size_t(l)];
+      shift.assign(m, m + kvd);  // (m ⊘ s)·R_K: the shift of the stored key
+      if (s) unscale_key_rows(s, c.n_kv_heads, c.head_dim, shift.data(), 1);
+      rotation_.rotate_k(l, shift.data(), c.n_kv_heads);
     }
   }
   k_formats_.clear();
@@ -93,6 +94,34 @@ void Transformer::configure_kv(const KvSpec& spec, const RotationSet* rotations,
     k_formats_ = std::move(kf);
     v_formats_ = std::move(vf);
   }
+  set_kv_format(std::move(key_shift), std::move(key_scale));
+}
+
+void Transformer::set_kv_format(std::vector<std::vector<float>> k_shift, std::vector<std::vector<float>> k_scale) {
+  const ModelConfig& c = config();
+  KvFormat f;
+  f.sink = kv_spec_.sink;
+  f.window = kv_spec_.recent;
+  f.group = std::min(kv_spec_.group, c.head_dim);
+  // The layers with a key bias cache k − RoPE(b_k, t)·R_K and add q·a_t back (key_bias.h).
+  f.k_bias_split = kv_spec_.k_bias_split && c.qkv_bias;
+  const bool history = !k_formats_.empty();
+  for (int l = 0; l < c.n_layers; ++l) {
+    f.k_quant.push_back(history ? k_formats_[size_t(l)].quant : KvQuant::none);
+    f.v_quant.push_back(history ? v_formats_[size_t(l)].quant : KvQuant::none);
+    f.k_clip.push_back(history ? k_formats_[size_t(l)].clip : 0.0f);
+    f.v_clip.push_back(history ? v_formats_[size_t(l)].clip : 0.0f);
+    f.rot_k.push_back(rotation_.k_matrix(l));
+    f.rot_v.push_back(rotation_.v_matrix(l));
+  }
+  // The per-layer lists that hold nothing anywhere are left empty.
+  const auto none = [](const std::vector<std::vector<float>>& v) {
+    return std::all_of(v.begin(), v.end(), [](const std::vector<float>& x) { return x.empty(); });
+  };
+  if (none(f.rot_v)) f.rot_v.clear();
+  if (!none(k_shift)) f.k_shift = std::move(k_shift);
+  if (!none(k_scale)) f.k_scale = std::move(k_scale);
+  kv_format_ = std::move(f);
 }
 
 KvCache Transformer::make_cache(int64_t capacity_tokens) const {
@@ -258,7 +287,7 @@ void Transformer::attention_block(KvCache& cache, int layer) {
     });
   }
   if (observer_) observer_->on_attention_inputs(layer, n, q_.data(), k_.data(), v_.data());
-  if (const std::vector<float>& s = key_scale_[size_t(layer)]; !s.empty()) {
+  if (const std::vector<float>& s = key_scale(layer); !s.empty()) {
     // (q ⊙ s)·(k ⊘ s) = q·k: the cache quantizes the rescaled key (--k-scale).
     scale_query_rows(s.data(), c.n_heads, c.n_kv_heads, int(hd), q_.data(), n);
     unscale_key_rows(s.data(), c.n_kv_heads, int(hd), k_.data(), n);
@@ -271,7 +300,7 @@ void Transformer::attention_block(KvCache& cache, int layer) {
   // The cache keeps k − a_t, a_t = RoPE(b_k, t) in its basis (--k-bias-split); the bias part
   // is input-independent, so attention adds it back exactly (key_bias.h).
   const KeyBias* key_bias = kv_spec_.k_bias_split && !l.bk.empty() ? &layer_key_bias(layer) : nullptr;
-  const std::vector<float>& shift = key_shift_[size_t(layer)];
+  const std::vector<float>& shift = key_shift(layer);
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim};
   for (const RowSpan& sp : spans_) {
     float* k = k_.data() + sp.row0 * kvd;
@@ -311,7 +340,7 @@ const KeyBias& Transformer::layer_key_bias(int layer) {
     // part it meets is a_t ⊘ s; then R_K.
     kb = std::make_unique<KeyBias>(rope_, c.n_kv_heads, c.head_dim, w_.layers[size_t(layer)].bk.data(),
                                    [&](float* rows, int64_t n) {
-                                     if (const std::vector<float>& s = key_scale_[size_t(layer)]; !s.empty())
+                                     if (const std::vector<float>& s = key_scale(layer); !s.empty())
                                        unscale_key_rows(s.data(), c.n_kv_heads, c.head_dim, rows, n);
                                      if (rotation_.active()) rotation_.rotate_k(layer, rows, n * c.n_kv_heads);
                                    });

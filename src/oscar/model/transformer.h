@@ -11,6 +11,7 @@
 
 #include "oscar/attention/key_bias.h"
 #include "oscar/kv/kv_cache.h"
+#include "oscar/kv/kv_format.h"
 #include "oscar/rotation/rotation_set.h"
 #include "oscar/model/kv_rotation.h"
 #include "oscar/model/model_weights.h"
@@ -47,17 +48,20 @@ class Transformer {
   // Call once, before any forward pass. Throws oscar::Error on a mismatch.
   void configure_kv(const KvSpec& spec, const RotationSet* rotations = nullptr, bool absorb_v = true);
   const KvSpec& kv_spec() const { return kv_spec_; }
-  // What configure_kv chose: the rotations and, per layer, how K and V history rows are stored.
+  // What configure_kv chose, as the format both engines run (the device takes it as it is).
+  const KvFormat& kv_format() const { return kv_format_; }
+  // The same, as the CPU runs it: the rotations and, per layer, how K and V history rows
+  // are stored (codec parameters of kv_format()'s codes).
   const KvRotator& kv_rotator() const { return rotation_; }
   const HistoryFormat& k_history_format(int layer) const { return k_formats_[size_t(layer)]; }
   const HistoryFormat& v_history_format(int layer) const { return v_formats_[size_t(layer)]; }
   // [n_kv_heads · head_dim] what every key of `layer` has subtracted before it is cached, in
   // the cache's (rotated) basis: the rotations' k_mean under --k-mean; empty: nothing.
-  const std::vector<float>& key_shift(int layer) const { return key_shift_[size_t(layer)]; }
+  const std::vector<float>& key_shift(int layer) const { return KvFormat::of_layer(kv_format_.k_shift, layer); }
   // [n_kv_heads · head_dim] the per-channel scale s of --k-scale (unrotated basis): keys are
   // divided by it and queries multiplied by it before R_K; empty: none. Under it key_shift
   // and the --k-bias-split rows are divided by s as well, so q·k stays exact.
-  const std::vector<float>& key_scale(int layer) const { return key_scale_[size_t(layer)]; }
+  const std::vector<float>& key_scale(int layer) const { return KvFormat::of_layer(kv_format_.k_scale, layer); }
   // A cache in the configured format for `capacity_tokens` tokens.
   KvCache make_cache(int64_t capacity_tokens) const;
   KvCache make_cache(KvPages pages) const;  // exactly these pages of each pool
@@ -88,6 +92,9 @@ class Transformer {
     int64_t row0 = 0, n = 0, pos0 = 0;
   };
   void check_cache(const KvCache& cache) const;
+  // kv_format_ from kv_spec_, rotation_ and the history formats, with these key shifts and
+  // scales (one per layer, empty for none).
+  void set_kv_format(std::vector<std::vector<float>> k_shift, std::vector<std::vector<float>> k_scale);
   // What forward and forward_batch share: checks the tokens, reserves every sequence's pages
   // (all or none), lays the rows out in spans_ (decode spans first) and embeds them into x_.
   // Returns each sequence's last row, in the order given.
@@ -110,8 +117,7 @@ class Transformer {
   ForwardObserver* observer_ = nullptr;
   std::vector<std::unique_ptr<KeyBias>> key_bias_;  // per layer; only layers that split the bias off
   std::vector<float> key_add_;  // this span's a_t rows: [positions, n_kv_heads, head_dim]
-  std::vector<std::vector<float>> key_shift_;  // per layer, see key_shift()
-  std::vector<std::vector<float>> key_scale_;  // per layer, see key_scale()
+  KvFormat kv_format_;
   std::vector<RowSpan> spans_;  // this pass: decode spans (n = 1) first, then the others
   int64_t n_rows_ = 0, n_decode_rows_ = 0;
   // Scratch, sized for the largest batch seen so far.

@@ -23,8 +23,6 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-bool KvFormat::any_bf16_layer() const { return std::any_of(bits.begin(), bits.end(), [](int b) { return b == 0; }); }
-bool KvFormat::any_history() const { return std::any_of(bits.begin(), bits.end(), [](int b) { return b != 0; }); }
 
 DeviceKvCache::DeviceKvCache(int n_layers, int n_kv_heads, int head_dim, const KvFormat& fmt,
                              const KvCacheLimits& limits)
@@ -38,15 +36,18 @@ DeviceKvCache::DeviceKvCache(int n_layers, int n_kv_heads, int head_dim, const K
       fail(what, std::string(field) + " has " + std::to_string(n) + " entries for " + std::to_string(n_layers) +
                      " layers");
   };
-  per_layer(fmt.bits.size(), "bits");
+  per_layer(fmt.k_quant.size(), "bits");
+  per_layer(fmt.v_quant.size(), "bits");
   per_layer(fmt.k_clip.size(), "k_clip");
   per_layer(fmt.v_clip.size(), "v_clip");
   if (!fmt.rot_k.empty()) per_layer(fmt.rot_k.size(), "rot_k");
   if (!fmt.rot_v.empty()) per_layer(fmt.rot_v.size(), "rot_v");
   if (!fmt.k_shift.empty()) per_layer(fmt.k_shift.size(), "k_shift");
   for (int l = 0; l < n_layers; ++l) {
-    const int b = fmt.bits[size_t(l)];
-    if (b != 0 && b != 2 && b != 4 && b != 8) fail(what, "layer " + std::to_string(l) + ": bits " + std::to_string(b));
+    const int b = fmt.bits(l);
+    if (b < 0) fail(what, "layer " + std::to_string(l) + ": bits (a history code other than 2, 4 or 8 bits)");
+    if (fmt.v_bits(l) != b) fail(what, "layer " + std::to_string(l) + ": K and V coded apart (bits)");
+    if (!KvFormat::of_layer(fmt.k_scale, l).empty()) fail(what, "layer " + std::to_string(l) + ": k_scale (--k-scale)");
     if (b != 0 && (fmt.group > head_dim || (fmt.group != 32 && fmt.group != 64 && fmt.group != 128)))
       fail(what, "group " + std::to_string(fmt.group) + " (32, 64 or 128, at most head_dim)");
     for (float c : {fmt.k_clip[size_t(l)], fmt.v_clip[size_t(l)]})
@@ -110,7 +111,7 @@ KvPageGeometry::KvPageGeometry(int n_layers, int n_kv_heads, int head_dim, const
     : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), sink_(fmt.sink), window_(fmt.window),
       keep_fp_(fmt.any_bf16_layer()), history_(fmt.any_history()) {
   for (int l = 0; l < n_layers; ++l) {
-    const int b = fmt.bits[size_t(l)];
+    const int b = fmt.bits(l);
     row_bytes_.push_back(b == 0 ? 0 : decode_quant_row_bytes(head_dim, b, fmt.group));
   }
 }

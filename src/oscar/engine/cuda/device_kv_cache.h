@@ -10,7 +10,8 @@
 // page (and history pages for the row h(t) that becomes history at t + 1); after every
 // layer has run, end_token() commits the length and releases fp pages that hold history only.
 //
-// Self-contained like decode_attention.h: depends on the CUDA runtime only.
+// Self-contained like decode_attention.h: depends on the CUDA runtime and header-only
+// plain C++ (kv/kv_format.h) only.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -20,32 +21,13 @@
 #include <cuda_runtime.h>
 
 #include "oscar/cuda/device_memory.h"
+#include "oscar/kv/kv_format.h"
 
 namespace oscar::cuda {
 
-// The KV format, per layer where it may differ.
-struct KvFormat {
-  int sink = 64;      // S: BF16 sink tokens
-  int window = 256;   // W: BF16 recent tokens
-  int group = 128;    // G: quantization group along head_dim (G ≤ d)
-  std::vector<int> bits;                // per layer: 0 (BF16 only), 2, 4 or 8
-  std::vector<float> k_clip, v_clip;    // per layer: §2 quantile clip ratios (0 = none)
-  // Either empty (no rotations) or one entry per layer, each [d, d] row-major or empty (none).
-  std::vector<std::vector<float>> rot_k;  // R_K
-  // Per layer: R_V [d, d] applied to v on its way into the cache and undone (·R_Vᵀ) on the
-  // attention output, or empty (none, or already absorbed into W_v / W_o).
-  std::vector<std::vector<float>> rot_v;
-  // Either empty or one entry per layer, each [n_kv_heads · d] or empty: subtracted from
-  // every key row after R_K before it is cached (--k-mean; softmax cancels the shift).
-  std::vector<std::vector<float>> k_shift;
-  // --k-bias-split: on a model with a key bias (ModelDims::qkv_bias), every key is cached
-  // without RoPE(b_k, t)·R_K and its score gets q·a_t back in f32 (key_bias.h).
-  bool k_bias_split = false;
-
-  bool any_bf16_layer() const;
-  bool any_history() const;
-};
-
+// The KV format: oscar::KvFormat (kv/kv_format.h), the one both engines run; the cache
+// checks what it cannot hold (codes other than 2, 4 and 8 bits, K and V coded apart,
+// --k-scale).
 struct KvCacheLimits {
   int max_seqs = 1;          // sequence slots
   int64_t max_seq_len = 0;   // tokens per sequence (sizes the page tables)

@@ -332,10 +332,10 @@ void DeviceModel::allocate_activations() {
   std::vector<DemoteLayer> demote;
   DemoteParams shared = demote_params(1);
   for (int l = 0; l < s.n_layers; ++l) {
-    if (kv_.bits[size_t(l)] == 0) continue;
+    if (kv_.bits(l) == 0) continue;
     DemoteLayer d;
     d.fp_k = cache_->fp_k(l), d.fp_v = cache_->fp_v(l), d.hist_k = cache_->hist_k(l), d.hist_v = cache_->hist_v(l);
-    d.bits = kv_.bits[size_t(l)], d.k_clip = kv_.k_clip[size_t(l)], d.v_clip = kv_.v_clip[size_t(l)];
+    d.bits = kv_.bits(l), d.k_clip = kv_.k_clip[size_t(l)], d.v_clip = kv_.v_clip[size_t(l)];
     check_demote_layer(shared, d);
     demote.push_back(d);
   }
@@ -396,7 +396,7 @@ int64_t DeviceModel::stage_rows(const std::vector<int>& slots, const std::vector
 void DeviceModel::ensure_prefill_scratch(int64_t hist_end) {
   PrefillAttentionParams p;
   p.n_kv_heads = dims_.n_kv_heads, p.head_dim = dims_.head_dim, p.sink = kv_.sink, p.max_hist_end = int(hist_end);
-  p.bits = std::any_of(kv_.bits.begin(), kv_.bits.end(), [](int b) { return b != 0; }) ? 2 : 0;
+  p.bits = kv_.any_history() ? 2 : 0;
   const size_t need = prefill_attention_scratch_bytes(p);
   if (need > prefill_scratch_bytes_) regrow(&prefill_scratch_, &prefill_scratch_bytes_, need, "prefill history scratch");
 }
@@ -407,7 +407,8 @@ void DeviceModel::ensure_workspace(int rows, int64_t bound) {
   p.group = kv_.group, p.sink = kv_.sink, p.max_seq_len = bound;
   p.tensor_cores = precision_ == GemmPrecision::bf16;
   size_t need = 0;
-  for (int bits : kv_.bits) {
+  for (int l = 0; l < kv_.n_layers(); ++l) {
+    const int bits = kv_.bits(l);
     p.bits = bits;  // the chunk depends on the window bound too: the same as layer() sets
     p.max_window_keys = bits == 0 ? 0 : std::min<int64_t>(bound, int64_t(kv_.sink) + kv_.window + kDecodeFpBlockTokens);
     p.chunk_keys = decode_attention_default_chunk(p, n_sm_);
@@ -659,7 +660,7 @@ void DeviceModel::layer(int l, const Plan& p) {
   const int64_t bound = p.bound;
   const LayerPtrs& w = layers_[size_t(l)];
   const int d = s.head_dim, qd = s.n_heads * d, kvd = s.n_kv_heads * d;
-  const int bits = kv_.bits[size_t(l)];
+  const int bits = kv_.bits(l);
   DeviceKvCache& c = *cache_;
 
   // BF16 copies of the matrix inputs come out of the kernel before (rmsnorm, swiglu), and

@@ -22,17 +22,6 @@ std::vector<uint16_t> to_bf16(const WeightMatrix& m) {
   return y;
 }
 
-int history_bits(KvQuant q, int layer) {
-  switch (q) {
-    case KvQuant::none:
-    case KvQuant::bf16_raw: return 0;
-    case KvQuant::int8: return 8;
-    case KvQuant::int4: return 4;
-    case KvQuant::int2: return 2;
-    default: fail("--device cuda: layer {} uses {} history, which the CUDA cache does not have (int2/int4/int8 and bf16 only)", layer, kv_quant_name(q));
-  }
-}
-
 }  // namespace
 
 void check_device_model(const ModelConfig& c) {
@@ -60,39 +49,23 @@ cuda::HostModel device_host_model(const Transformer& t) {
   return m;
 }
 
-cuda::KvFormat device_kv_format(const Transformer& t) {
+const KvFormat& device_kv_format(const Transformer& t) {
   const KvSpec& spec = t.kv_spec();
-  const ModelConfig& c = t.config();
   if (spec.dtype != KvDtype::bf16) fail("--device cuda: the KV cache must be bf16 (not {})", spec.mode);
   // The prologue subtracts one shift after R_K but has no per-channel scale of q and k yet.
   if (spec.k_scale) fail("--k-scale is not supported on --device cuda yet");
   if (spec.k_quant != KvQuant::none || spec.v_quant != KvQuant::none)
     fail("--kv-k-type / --kv-v-type are not supported on --device cuda yet");
-  cuda::KvFormat f;
-  // The layers with a key bias cache k − RoPE(b_k, t)·R_K and add q·a_t back (key_bias.h).
-  f.k_bias_split = spec.k_bias_split && c.qkv_bias;
-  f.sink = spec.sink;
-  f.window = spec.recent;
-  f.group = std::min(spec.group, c.head_dim);
-  const bool quantized = spec.quantized();
-  bool any_rot_v = false, any_shift = false;
-  for (int l = 0; l < c.n_layers; ++l) {
-    const KvQuant q = quantized ? t.k_history_format(l).quant : KvQuant::none;
-    f.bits.push_back(history_bits(q, l));
-    if (quantized && history_bits(t.v_history_format(l).quant, l) != f.bits.back())
-      fail("--device cuda: layer {} stores K and V in different formats", l);
-    f.k_clip.push_back(quantized ? t.k_history_format(l).clip : 0.0f);
-    f.v_clip.push_back(quantized ? t.v_history_format(l).clip : 0.0f);
-    if (quantized && f.bits.back() != 0 && t.k_history_format(l).group != f.group)
+  const KvFormat& f = t.kv_format();
+  for (int l = 0; l < f.n_layers(); ++l) {
+    const int bits = f.bits(l);
+    if (bits < 0)
+      fail("--device cuda: layer {} uses {} history, which the CUDA cache does not have (int2/int4/int8 and bf16 only)",
+           l, kv_quant_name(f.k_quant[size_t(l)]));
+    if (f.v_bits(l) != bits) fail("--device cuda: layer {} stores K and V in different formats", l);
+    if (bits != 0 && t.k_history_format(l).group != f.group)
       fail("--device cuda: layer {} has group {}, the cache {}", l, t.k_history_format(l).group, f.group);
-    f.rot_k.push_back(t.kv_rotator().k_matrix(l));
-    f.rot_v.push_back(t.kv_rotator().v_matrix(l));
-    any_rot_v = any_rot_v || !f.rot_v.back().empty();
-    f.k_shift.push_back(t.key_shift(l));
-    any_shift = any_shift || !f.k_shift.back().empty();
   }
-  if (!any_rot_v) f.rot_v.clear();
-  if (!any_shift) f.k_shift.clear();
   return f;
 }
 

@@ -1,7 +1,7 @@
 // The bridge from the CPU engine to the CUDA backend: a configured oscar::Transformer's
-// weights (BF16, with R_V already absorbed when configure_kv absorbed it) and KV format as
-// the plain structs of oscar/engine/cuda/device_model.h; its dimensions are the CPU's own
-// (ModelConfig is a ModelDims). Built only with CUDA.
+// weights (BF16, with R_V already absorbed when configure_kv absorbed it) as the plain
+// structs of oscar/engine/cuda/device_model.h, and its KV format as it is (KvFormat); its
+// dimensions are the CPU's own (ModelConfig is a ModelDims). Built only with CUDA.
 #pragma once
 #include "oscar/engine/cuda/device_model.h"
 #include "oscar/model/transformer.h"
@@ -12,9 +12,9 @@ namespace oscar {
 void check_device_model(const ModelConfig& c);
 // Every weight matrix rounded to BF16 (nearest even); norms and biases stay f32.
 cuda::HostModel device_host_model(const Transformer& t);
-// Windows, group, per-layer bits and clips, and rotation matrices of t's KV format.
-// Throws oscar::Error for what the device cache lacks: an f32 cache, Lloyd-Max or KIVI
-// history, --k-bias-split, head_dim other than 64 or 128.
-cuda::KvFormat device_kv_format(const Transformer& t);
+// t's KV format (Transformer::kv_format()), once checked for what the device cache lacks:
+// an f32 cache, Lloyd-Max or KIVI history, K and V coded apart, --k-scale. Throws
+// oscar::Error naming it.
+const KvFormat& device_kv_format(const Transformer& t);
 
 }  // namespace oscar

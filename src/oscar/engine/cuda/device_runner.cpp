@@ -132,7 +132,7 @@ KvSegmentUsage DeviceRunner::usage() const {
 
 int DeviceRunner::enable_prefix_cache(std::string_view salt) {
   const cuda::DeviceKvCache& c = dm_->cache();
-  const cuda::KvFormat& f = c.format();
+  const KvFormat& f = c.format();
   const cuda::KvPageGeometry g = c.geometry();
   const int B = g.fp_page_tokens();
   if (g.has_history() && g.keeps_fp())

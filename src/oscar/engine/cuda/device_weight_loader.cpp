@@ -251,7 +251,7 @@ void FileWeightLoader::load(const cuda::WeightTarget& t, cudaStream_t stream) co
 std::unique_ptr<cuda::DeviceModel> load_device_model(const Transformer& t, const cuda::KvCacheLimits& limits,
                                                      cuda::GemmPrecision precision, DeviceLoadStats* stats) {
   const auto t0 = std::chrono::steady_clock::now();
-  cuda::KvFormat kv = device_kv_format(t);
+  KvFormat kv = device_kv_format(t);
   // R_V (or H) still to be applied goes into the weights on the device instead of the
   // prologue: the device model then has no value rotation at run time.
   std::vector<std::vector<float>> rot_v = std::move(kv.rot_v);
