@@ -859,6 +859,21 @@ def closed_by_server(s: socket.socket, wait: float) -> bool:
         return False
 
 
+def check_still_serving(srv: Server) -> tuple[float, float]:
+    """/health and a 4-token completion from a fresh client each answer within 2 s; their seconds."""
+    c = new_http()
+    t = time.monotonic()
+    r = c.get(srv.url + "/health", timeout=10)
+    health = time.monotonic() - t
+    t = time.monotonic()
+    _, fin, _, _ = complete(srv, "The capital of France is", 4, client=c)
+    comp = time.monotonic() - t
+    c.close()
+    check(r.status_code == 200 and health < 2.0, f"/health took {health:.2f} s (HTTP {r.status_code})")
+    check(fin in ("stop", "length") and comp < 2.0, f"the completion took {comp:.2f} s ({fin})")
+    return health, comp
+
+
 def test_slow_clients():
     """1000 stalled connections: /health and a completion from another client still answer
     within 2 s, and the stalled ones are closed after the read timeout."""
@@ -871,17 +886,8 @@ def test_slow_clients():
     socks = stall(srv.port, 1000)
     info(f"1000 stalled connections opened in {time.monotonic() - t0:.1f} s")
     try:
-        c = new_http()
-        t = time.monotonic()
-        r = c.get(srv.url + "/health", timeout=10)
-        health = time.monotonic() - t
-        t = time.monotonic()
-        text, fin, _, _ = complete(srv, "The capital of France is", 4, client=c)
-        comp = time.monotonic() - t
-        c.close()
-        info(f"/health {health * 1000:.0f} ms (HTTP {r.status_code}), a 4-token completion {comp * 1000:.0f} ms")
-        check(r.status_code == 200 and health < 2.0, f"/health took {health:.2f} s (HTTP {r.status_code})")
-        check(fin in ("stop", "length") and comp < 2.0, f"the completion took {comp:.2f} s ({fin})")
+        health, comp = check_still_serving(srv)
+        info(f"/health {health * 1000:.0f} ms, a 4-token completion {comp * 1000:.0f} ms")
         # The default read timeout is 5 s: every stalled connection is gone within 7.5 s.
         t = time.monotonic()
         alive = sum(1 for s in socks if not closed_by_server(s, max(0.01, 9 - (time.monotonic() - t))))
@@ -930,16 +936,7 @@ def test_trickling_clients():
                     closed_at[k] = time.monotonic() - t0
                 s.setblocking(True)
             if i == 2:  # while they trickle
-                c = new_http()
-                t = time.monotonic()
-                r = c.get(srv.url + "/health", timeout=10)
-                health = time.monotonic() - t
-                t = time.monotonic()
-                _, fin, _, _ = complete(srv, "The capital of France is", 4, client=c)
-                comp = time.monotonic() - t
-                c.close()
-                check(r.status_code == 200 and health < 2.0, f"/health took {health:.2f} s (HTTP {r.status_code})")
-                check(fin in ("stop", "length") and comp < 2.0, f"the completion took {comp:.2f} s ({fin})")
+                health, comp = check_still_serving(srv)
             time.sleep(max(0.0, (i + 1) - (time.monotonic() - t0)))
     finally:
         for s in socks:
