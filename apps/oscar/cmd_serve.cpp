@@ -30,6 +30,7 @@ struct ServeOptions {
   double kv_mem_mib = 0;    // 0: room for max_seqs sequences of -c tokens
   int step_tokens = 0;      // 0: the backend's (512 on the CPU, 4096 on the GPU: its rows per forward)
   double output_reserve = 1.0;
+  double swap_space_gib = 4;   // host memory for preempted sequences' KV pages
   int max_connections = 1024;  // served at once, a thread each; up to 64 more get 503
   int read_timeout = 5;        // seconds a connection may send nothing
   int request_timeout = 20;    // seconds a request's headers and body may take to arrive
@@ -126,6 +127,7 @@ int serve(const ServeOptions& o) {
       fmt::print(stderr, "prefix cache: off ({})\n", e.what());
     }
   }
+  runner->set_swap_space(int64_t(o.swap_space_gib * double(1 << 30)));
   fmt::print(stderr, "engine: {}\n", runner->describe());
   serve::SchedulerConfig sched_config{o.max_seqs, opened.step_tokens, ctx};
   sched_config.output_reserve = o.output_reserve;
@@ -174,8 +176,12 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--output-reserve", o->output_reserve,
                   "share of each running request's remaining max_tokens whose KV pages admission holds back: 1 "
                   "queues what would not fit to its end (no preemption), 0 admits by the prompt alone and "
-                  "preempts (recomputes) sequences that outgrow the pages")
+                  "preempts sequences that outgrow the pages (swapped out, see --swap-space)")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--swap-space", o->swap_space_gib,
+                  "GiB of host memory for the KV pages of preempted sequences, restored bit for bit on resuming "
+                  "(0: recompute them instead, from what the prefix cache kept)")
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--max-connections", o->max_connections,
                   "connections served at once, a thread each; up to 64 more are answered 503 with Retry-After")
       ->check(CLI::Range(4, 65536));

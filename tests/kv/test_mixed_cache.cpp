@@ -80,6 +80,24 @@ class Mixed {
     seqs_.erase(s);
   }
 
+  // Swap: the image and the rows it was written with; swap_in gives them a new id (−1: refused).
+  struct Swapped {
+    KvSwapImage image;
+    uint32_t tag = 0;
+    int64_t length = 0;
+  };
+  Swapped swap_out(SeqId s) {
+    const auto [tag, len] = seqs_.at(s);
+    Swapped w{cache_.swap_out(s), tag, len};
+    seqs_.erase(s);
+    return w;
+  }
+  SeqId swap_in(const Swapped& w) {
+    const SeqId s = cache_.swap_in(w.image);
+    if (s >= 0) seqs_[s] = {w.tag, w.length};
+    return s;
+  }
+
   // One step of n tokens, as the model runs it: reserve, per layer write → demote, commit.
   // Returns reserve's answer (and does nothing more when it refuses).
   bool append(SeqId s, int64_t n) {
@@ -294,6 +312,53 @@ TEST(MixedCache, RandomStepsInterleavedSequences) {
     EXPECT_EQ(m.cache().free_tokens(), capacity);
     m.remove(seqs[1]);
     EXPECT_EQ(m.cache().free_tokens(), capacity);
+  }
+}
+
+// Swap out and back in: the pages go back to the pools at once (and are reused by another
+// sequence meanwhile), and the restored sequence reads every row exactly as before, in
+// other pages, and goes on growing (its history demotes as if it had never left). A
+// swap_in that does not fit changes nothing.
+TEST(MixedCache, SwapOutAndInRestoresEveryRow) {
+  for (KvQuant q : kAllKinds) {
+    SCOPED_TRACE(kv_quant_name(q));
+    const KvSpec spec = small_spec(q);
+    Mixed m(kShape, spec, 120);
+    const SeqId a = m.add(31), b = m.add(32);
+    const int64_t len_a = spec.sink + spec.recent + 2 * spec.demote_tokens() + 7;
+    ASSERT_TRUE(m.append(a, len_a));
+    ASSERT_TRUE(m.append(b, 5));
+    const KvPages free_before = m.cache().free_pages();
+    const int64_t bytes = m.cache().swap_bytes(a);
+    Mixed::Swapped w = m.swap_out(a);
+    EXPECT_EQ(int64_t(w.image.bytes.size()), bytes);
+    const KvPages held = w.image.pages();
+    EXPECT_EQ(held.fp, m.cache().pages_for_length(len_a).fp);
+    EXPECT_EQ(held.history, m.cache().pages_for_length(len_a).history);
+    EXPECT_EQ(m.cache().free_pages().fp, free_before.fp + held.fp);
+    EXPECT_EQ(m.cache().free_pages().history, free_before.history + held.history);
+    // b takes the freed pages and writes its own rows into them.
+    ASSERT_TRUE(m.append(b, len_a));
+    ASSERT_NO_FATAL_FAILURE(m.check());
+    // Not enough pages for the image: refused, nothing changed.
+    const SeqId c = m.add(33);
+    while (m.append(c, 3)) {
+    }
+    const KvPages free_full = m.cache().free_pages();
+    EXPECT_EQ(m.swap_in(w), -1);
+    EXPECT_EQ(m.cache().free_pages().fp, free_full.fp);
+    EXPECT_EQ(m.cache().free_pages().history, free_full.history);
+    m.remove(c);
+    const SeqId a2 = m.swap_in(w);
+    ASSERT_GE(a2, 0);
+    ASSERT_NO_FATAL_FAILURE(m.check()) << "after swap_in";
+    for (int n : {1, 1, 4, 9}) {
+      ASSERT_TRUE(m.append(a2, n));
+      ASSERT_NO_FATAL_FAILURE(m.check()) << "grown +" << n;
+    }
+    m.remove(a2);
+    m.remove(b);
+    EXPECT_EQ(m.cache().free_tokens(), m.cache().capacity_tokens());
   }
 }
 

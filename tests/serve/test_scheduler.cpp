@@ -1,8 +1,9 @@
 // The scheduler on a CpuRunner over a tiny random model: every request finishes with its
 // tokens; concurrent greedy requests give what each gives alone (engine::generate on a
 // fresh cache); a KV budget too small for all of them at once queues the rest (output
-// reserve 1) or preempts (reserve 0) and still finishes everything, with the prefix cache
-// on resuming from the pages a preempted sequence left there; cancelling frees the pages;
+// reserve 1) or preempts (reserve 0) and still finishes everything: swapped out and back
+// with the same greedy text as alone, or recomputed (the prefix cache on or off) from the
+// pages a preempted sequence left there; cancelling frees the pages;
 // max_tokens and the context end as "length".
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -73,24 +74,30 @@ class SchedulerTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(SchedulerTest, ConcurrentGreedyEqualsAloneAndPreemptionFinishesAll) {
   Transformer t = tiny(GetParam());
   const Tokenizer tok = tiny_tokenizer();
-  std::vector<std::string> want;
+  // The prefix cache shares whole pages only: its runs' windows are one page each.
+  Transformer whole_pages = tiny(GetParam(), 16, 16);
+  std::vector<std::string> want, want_whole_pages;
   for (int i = 0; i < 8; ++i) want.push_back(alone(t, tok, input(i, 20)));
+  for (int i = 0; i < 8; ++i) want_whole_pages.push_back(alone(whole_pages, tok, input(i, 20)));
   // Ample pages; then pages for about three sequences at a time, with the output reserved
   // at admission (the rest queue) and without (preemption).
   struct Run {
     int64_t fp_pages;
     double reserve;
     bool prefix_cache = false;
+    int64_t swap_bytes = 0;
   };
-  for (const Run run : {Run{400, 1.0}, Run{14, 1.0}, Run{14, 0.0}, Run{14, 0.0, true}}) {
+  for (const Run run : {Run{400, 1.0}, Run{14, 1.0}, Run{14, 0.0}, Run{14, 0.0, true}, Run{14, 0.0, false, 1 << 24},
+                        Run{14, 0.0, true, 1 << 24}}) {
+    SCOPED_TRACE(::testing::Message() << run.fp_pages << " pages, reserve " << run.reserve << ", prefix cache "
+                                      << run.prefix_cache << ", swap " << run.swap_bytes);
     const int64_t fp_pages = run.fp_pages;
     const bool preempts = run.reserve == 0.0 && fp_pages == 14;
     Metrics metrics;
-    // The prefix cache shares whole pages only: its run's windows are one page each.
-    Transformer whole_pages = tiny(GetParam(), 16, 16);
     Transformer& model = run.prefix_cache ? whole_pages : t;
     engine::CpuRunner r(model, model.make_cache(KvPages{fp_pages, fp_pages * 4}));
     if (run.prefix_cache) r.enable_prefix_cache("test");
+    r.set_swap_space(run.swap_bytes);
     SchedulerConfig config{8, 32, 256};
     config.output_reserve = run.reserve;
     Scheduler sched(r, tok, config, metrics);
@@ -108,9 +115,9 @@ TEST_P(SchedulerTest, ConcurrentGreedyEqualsAloneAndPreemptionFinishesAll) {
       EXPECT_EQ(d.usage.prompt_tokens, int64_t(input(i, 20).prompt.size()));
       generated += d.usage.completion_tokens;
       // Recomputing a preempted sequence runs its generated tokens through prefill,
-      // which may round differently from decode: exact only without preemption.
-      if (!preempts) {
-        EXPECT_EQ(d.text, want[size_t(i)]) << "request " << i << ", " << fp_pages << " pages";
+      // which may round differently from decode: exact without preemption, or swapped.
+      if (!preempts || run.swap_bytes > 0) {
+        EXPECT_EQ(d.text, (run.prefix_cache ? want_whole_pages : want)[size_t(i)]) << "request " << i;
       }
     }
     for (int i = 0; i < 50 && !sched.idle(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -131,11 +138,14 @@ TEST_P(SchedulerTest, ConcurrentGreedyEqualsAloneAndPreemptionFinishesAll) {
       };
       const int64_t held = counter("oscar_preempted_tokens_total");
       const int64_t kept = counter("oscar_resumed_tokens_total{source=\"kept\"}");
+      const int64_t swapped = counter("oscar_resumed_tokens_total{source=\"swapped\"}");
       EXPECT_GT(held, 0);
-      EXPECT_EQ(kept + counter("oscar_resumed_tokens_total{source=\"recomputed\"}"), held) << m;
-      if (!run.prefix_cache) {
+      EXPECT_EQ(swapped + kept + counter("oscar_resumed_tokens_total{source=\"recomputed\"}"), held) << m;
+      EXPECT_EQ(swapped, run.swap_bytes > 0 ? held : 0) << m;
+      if (!run.prefix_cache || run.swap_bytes > 0) {
         EXPECT_EQ(kept, 0) << m;
       }
+      EXPECT_EQ(r.swap_stats().used_bytes, 0);
     } else {
       EXPECT_NE(m.find("oscar_preemptions_total 0\n"), std::string::npos) << m;
       // All at once with ample pages; a few at a time, the others queued, with 14.

@@ -19,6 +19,18 @@ std::string weights_kind(const ModelWeights& w) {
 }
 }  // namespace
 
+int64_t CpuRunner::swap_out(SeqId seq) {
+  const int64_t bytes = cache_.swap_bytes(seq);
+  if (!swap_.fits(bytes)) return -1;
+  return swap_.put(cache_.swap_out(seq), bytes);
+}
+
+SeqId CpuRunner::swap_in(int64_t handle) {
+  const SeqId seq = cache_.swap_in(swap_.get(handle));
+  if (seq >= 0) swap_.drop(handle);
+  return seq;
+}
+
 std::string CpuRunner::describe() const {
   const KvSpec& s = cache_.spec();
   return fmt::format("cpu ({} threads, {}): {} weights; batched decode products (weights read once per step), "

@@ -29,6 +29,12 @@ class CpuRunner final : public Runner {
   int64_t attach_prefix(SeqId seq, std::span<const int32_t> tokens) override { return cache_.attach_prefix(seq, tokens); }
   void register_prefix(SeqId seq, std::span<const int32_t> tokens) override { cache_.register_prefix(seq, tokens); }
   PrefixCacheStats prefix_stats() const override { return cache_.prefix_stats(); }
+  void set_swap_space(int64_t bytes) override { swap_.set_capacity(bytes); }
+  int64_t swap_out(SeqId seq) override;
+  KvPages swap_need(int64_t handle) const override { return swap_.get(handle).pages(); }
+  SeqId swap_in(int64_t handle) override;
+  void swap_drop(int64_t handle) override { swap_.drop(handle); }
+  SwapStats swap_stats() const override { return swap_.stats(); }
   void run(const Batch& batch, StepOutput& out) override;
 
   KvCache& cache() { return cache_; }
@@ -37,6 +43,7 @@ class CpuRunner final : public Runner {
  private:
   Transformer& model_;
   KvCache cache_;
+  SwapSpace<KvSwapImage> swap_;
   std::vector<SeqTokens> seqs_;  // scratch
 };
 

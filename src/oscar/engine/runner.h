@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "oscar/engine/batch.h"
+#include "oscar/engine/swap_space.h"
 #include "oscar/kv/kv_cache.h"
 
 namespace oscar::engine {
@@ -58,6 +59,19 @@ class Runner {
   virtual int64_t attach_prefix(SeqId seq, std::span<const int32_t> tokens) = 0;
   virtual void register_prefix(SeqId seq, std::span<const int32_t> tokens) = 0;
   virtual PrefixCacheStats prefix_stats() const = 0;
+  // Swap space in host memory (off until given bytes): a preempted sequence's pages copied
+  // out and freed, restored later bit for bit, where recomputing would run its generated
+  // tokens through prefill, whose sums round differently from the decode steps that made
+  // them (and would pay for its whole prompt again).
+  // swap_out: a handle, or −1 with nothing changed when the space cannot hold the pages;
+  // swap_need: the pages swap_in takes; swap_in: the restored sequence, or −1 with nothing
+  // changed when its pages are not free; swap_drop: a swapped request that ended.
+  virtual void set_swap_space(int64_t bytes) = 0;
+  virtual int64_t swap_out(SeqId seq) = 0;
+  virtual KvPages swap_need(int64_t handle) const = 0;
+  virtual SeqId swap_in(int64_t handle) = 0;
+  virtual void swap_drop(int64_t handle) = 0;
+  virtual SwapStats swap_stats() const = 0;
   bool can_append(SeqId seq, int64_t n) const {
     const KvPages need = append_need(seq, n), free = free_pages();
     return need.fp <= free.fp && need.history <= free.history;

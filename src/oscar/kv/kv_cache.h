@@ -71,6 +71,18 @@ struct KvSegmentUsage {
   int64_t fp_free_pages = 0, history_free_pages = 0;
 };
 
+// A sequence's pages copied out of the pools (a server's swap space in host memory):
+// KvCache::swap_in restores them bit for bit, so a preempted sequence goes on as if it
+// had never stopped (recomputing would run its generated tokens through prefill, whose
+// sums round differently from the decode steps that made them).
+struct KvSwapImage {
+  int64_t length = 0, demoted_end = 0;
+  std::vector<uint8_t> fp_held;   // per fp table entry: 1 where it holds a page, 0 released
+  int64_t history_pages = 0;      // history table entries (all hold pages)
+  std::vector<uint8_t> bytes;     // held fp pages then history pages, in table order; each page every layer, K then V
+  KvPages pages() const;          // what swap_in takes
+};
+
 class KvCache {
  public:
   // Room for `capacity_tokens` tokens over all sequences (rounded up to whole pages).
@@ -109,6 +121,14 @@ class KvCache {
   // and dequantized history rows for [hist_begin, hist_end) (zeros elsewhere).
   void gather_fp(int layer, SeqId seq, int kv_head, int64_t n, float* k_out, float* v_out) const;
   void gather_history(int layer, SeqId seq, int kv_head, int64_t n, float* k_out, float* v_out) const;
+
+  // Swap: the bytes swap_out(seq) would copy; swap_out copies the sequence's pages and
+  // removes it; swap_in gives the image's tokens to a new sequence in fresh pages (evicting
+  // cache-only pages as reserve does), or returns −1, with nothing changed, when they are
+  // not free.
+  int64_t swap_bytes(SeqId seq) const;
+  KvSwapImage swap_out(SeqId seq);
+  SeqId swap_in(const KvSwapImage& image);
 
   // Accounting.
   int64_t capacity_tokens() const { return int64_t(fp_alloc_.n_blocks()) * spec_.block_tokens; }

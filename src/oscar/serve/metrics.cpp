@@ -29,10 +29,11 @@ void Metrics::count_preemption(int64_t held) {
   preempted_tokens_ += held;
 }
 
-void Metrics::count_resumption(int64_t held, int64_t kept) {
+void Metrics::count_resumption(int64_t held, int64_t kept, int64_t swapped) {
   std::lock_guard<std::mutex> lock(mu_);
   resumed_tokens_ += held;
   resumed_kept_tokens_ += kept;
+  resumed_swapped_tokens_ += swapped;
 }
 
 void Metrics::add_step(double forward_s, double host_s, int64_t decode_rows) {
@@ -65,14 +66,18 @@ std::string Metrics::render() const {
   out += fmt::format("oscar_prompt_tokens_total {}\n", prompt_tokens_);
   head("oscar_generation_tokens_total", "counter", "tokens generated");
   out += fmt::format("oscar_generation_tokens_total {}\n", generated_tokens_);
-  head("oscar_preemptions_total", "counter", "sequences preempted for KV pages (their whole pages left to the prefix cache)");
+  head("oscar_preemptions_total", "counter",
+       "sequences preempted for KV pages (their pages copied to the swap space, or left to the prefix cache)");
   out += fmt::format("oscar_preemptions_total {}\n", preemptions_);
   head("oscar_preempted_tokens_total", "counter", "tokens the preempted sequences held in the KV cache");
   out += fmt::format("oscar_preempted_tokens_total {}\n", preempted_tokens_);
   head("oscar_resumed_tokens_total", "counter",
-       "of the preempted tokens, those of sequences since resumed, by whether the prefix cache still held them");
+       "of the preempted tokens, those of sequences since resumed: restored from the swap space, found in the "
+       "prefix cache, or recomputed");
+  out += fmt::format("oscar_resumed_tokens_total{{source=\"swapped\"}} {}\n", resumed_swapped_tokens_);
   out += fmt::format("oscar_resumed_tokens_total{{source=\"kept\"}} {}\n", resumed_kept_tokens_);
-  out += fmt::format("oscar_resumed_tokens_total{{source=\"recomputed\"}} {}\n", resumed_tokens_ - resumed_kept_tokens_);
+  out += fmt::format("oscar_resumed_tokens_total{{source=\"recomputed\"}} {}\n",
+                     resumed_tokens_ - resumed_kept_tokens_ - resumed_swapped_tokens_);
   head("oscar_engine_steps_total", "counter", "engine steps run");
   out += fmt::format("oscar_engine_steps_total {}\n", steps_);
   head("oscar_engine_step_rows_total", "counter", "sequence rows over all engine steps (decode and prefill parts)");
@@ -105,6 +110,9 @@ std::string Metrics::render() const {
       out += fmt::format("oscar_kv_bytes_{}{{pool=\"{}\"}} {}\n", what, pool, pages * bytes);
     }
   };
+  head("oscar_kv_swap_bytes", "gauge", "host memory the swap space holds for preempted sequences, and its capacity");
+  out += fmt::format("oscar_kv_swap_bytes{{what=\"used\"}} {}\n", engine_.swap.used_bytes);
+  out += fmt::format("oscar_kv_swap_bytes{{what=\"capacity\"}} {}\n", engine_.swap.capacity_bytes);
   head("oscar_kv_pages_cached", "gauge", "KV pages only the prefix cache holds (evicted LRU when needed), by pool");
   head("oscar_kv_bytes_cached", "gauge", "KV bytes only the prefix cache holds, by pool");
   per_pool("cached", kv.cached_fp_pages, kv.cached_history_pages);

@@ -17,6 +17,7 @@ struct EngineSnapshot {
   KvSegmentUsage kv;
   engine::KvPageBytes page_bytes;
   int64_t prefix_queries = 0, prefix_hits = 0;  // full prompt blocks looked up / found
+  engine::SwapStats swap;
 };
 
 class Metrics {
@@ -24,10 +25,10 @@ class Metrics {
   void count_request(int status);
   void add_prompt_tokens(int64_t n);
   void add_generated_tokens(int64_t n);
-  // A sequence preempted holding `held` tokens; later, resumed with `kept` of them found in
-  // the prefix cache (the rest recomputed).
+  // A sequence preempted holding `held` tokens; later, resumed with `swapped` of them
+  // restored from the swap space or `kept` found in the prefix cache (the rest recomputed).
   void count_preemption(int64_t held);
-  void count_resumption(int64_t held, int64_t kept);
+  void count_resumption(int64_t held, int64_t kept, int64_t swapped);
   // One engine step: seconds in the runner's forward and in the host work after it
   // (sampling, stop strings, detokenizing), to show where a step's time goes.
   void add_step(double forward_s, double host_s, int64_t decode_rows);
@@ -39,7 +40,7 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<int, int64_t> requests_by_status_;
   int64_t prompt_tokens_ = 0, generated_tokens_ = 0, preemptions_ = 0;
-  int64_t preempted_tokens_ = 0, resumed_tokens_ = 0, resumed_kept_tokens_ = 0;
+  int64_t preempted_tokens_ = 0, resumed_tokens_ = 0, resumed_kept_tokens_ = 0, resumed_swapped_tokens_ = 0;
   int64_t steps_ = 0, step_rows_ = 0;
   double forward_s_ = 0.0, host_s_ = 0.0;
   EngineSnapshot engine_;

@@ -129,11 +129,15 @@ void Scheduler::reap_cancelled() {
 void Scheduler::preempt_newest() {
   std::unique_ptr<Active> a = std::move(running_.back());
   running_.pop_back();
-  // Its whole pages stay in the prefix cache (where it is on), evictable but the most
-  // recently used: resumed before others need them, it recomputes only its last page.
-  runner_.register_prefix(a->seq, std::span<const int32_t>(a->tokens).first(size_t(a->cached)));
-  runner_.free_sequence(a->seq);
   metrics_.count_preemption(a->cached);
+  a->swapped = runner_.swap_out(a->seq);
+  if (a->swapped < 0) {
+    // No room to swap: its whole pages stay in the prefix cache (where it is on), evictable
+    // but the most recently used: resumed before others need them, it recomputes only its
+    // last page (and its generated tokens there through prefill, which may round apart).
+    runner_.register_prefix(a->seq, std::span<const int32_t>(a->tokens).first(size_t(a->cached)));
+    runner_.free_sequence(a->seq);
+  }
   a->preempted_held = a->cached;
   a->seq = -1;
   a->cached = 0;
@@ -186,6 +190,22 @@ bool Scheduler::schedule() {
   //    pages that no other request holds.
   while (!waiting_.empty() && budget > 0 && int64_t(running_.size()) < config_.max_seqs) {
     Active& a = *waiting_.front();
+    if (a.swapped >= 0) {
+      KvPages reserved = planned;
+      add_pages(reserved, outstanding);
+      if (!resume_swapped(a, reserved)) break;
+      // Its next token (a decode row, as before it left) or the rest of its prompt.
+      const int64_t n = largest_chunk(a, std::min(a.pending(), budget), planned, runner_.free_pages());
+      if (n > 0) {
+        add_pages(planned, runner_.append_need(a.seq, n));
+        parts_.push_back({&a, n});
+        budget -= n;
+      }
+      add_pages(outstanding, minus(reserve_to_end(a, 0), runner_.pages_for_length(a.cached + std::max<int64_t>(n, 0))));
+      running_.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+      continue;
+    }
     a.seq = runner_.add_sequence();
     const int64_t hit = runner_.attach_prefix(a.seq, a.tokens);
     KvPages reserved = planned;
@@ -212,7 +232,7 @@ bool Scheduler::schedule() {
     parts_.push_back({&a, n});
     budget -= n;
     if (a.preempted_held > 0) {
-      metrics_.count_resumption(a.preempted_held, std::min(hit, a.preempted_held));
+      metrics_.count_resumption(a.preempted_held, std::min(hit, a.preempted_held), 0);
       a.preempted_held = 0;
     }
     if (!a.prompt_counted) {
@@ -231,6 +251,25 @@ bool Scheduler::schedule() {
     batch_.add(p.a->seq, p.a->cached, std::span<const int32_t>(p.a->tokens).subspan(size_t(p.a->cached), size_t(p.n)),
                needs_logits(*p.a));
   return !parts_.empty();
+}
+
+bool Scheduler::resume_swapped(Active& a, const KvPages& reserved) {
+  // Admission as for a prompt whose prefix cache hit is the whole image: the pages it
+  // brings back, and those it may still grow by.
+  const KvPages image = runner_.swap_need(a.swapped);
+  const int64_t T = int64_t(a.tokens.size());
+  const KvPages whole = running_.empty() ? runner_.pages_for_length(T + 1) : reserve_to_end(a, T + 1);
+  KvPages need = image;
+  add_pages(need, minus(whole, runner_.pages_for_length(a.preempted_held)));
+  if (!fits(need, reserved, runner_.free_pages())) return false;
+  const SeqId seq = runner_.swap_in(a.swapped);
+  if (seq < 0) return false;
+  a.seq = seq;
+  a.swapped = -1;
+  a.cached = runner_.length(seq);
+  metrics_.count_resumption(a.preempted_held, 0, a.preempted_held);
+  a.preempted_held = 0;
+  return true;
 }
 
 KvPages Scheduler::reserve_to_end(const Active& a, int64_t at_least) const {
@@ -346,6 +385,10 @@ void Scheduler::finish(Active& a, const std::string& reason, const std::string& 
     runner_.free_sequence(a.seq);
     a.seq = -1;
   }
+  if (a.swapped >= 0) {
+    runner_.swap_drop(a.swapped);
+    a.swapped = -1;
+  }
   std::string reason_out = reason;
   if (reason == "stop" || reason == "length") {
     std::string tail = a.stop.flush();
@@ -377,6 +420,7 @@ void Scheduler::publish() {
   const PrefixCacheStats ps = runner_.prefix_stats();
   s.prefix_queries = ps.queries;
   s.prefix_hits = ps.hits;
+  s.swap = runner_.swap_stats();
   {
     std::lock_guard<std::mutex> lock(mu_);
     s.waiting += int64_t(incoming_.size());

@@ -7,8 +7,9 @@
 //             prompts need are free, beside what the running requests may still write
 //             (output_reserve of each one's remaining max_tokens), and fewer than max_seqs
 //             run. When pages still run out for a decode, the newest sequence is preempted:
-//             its pages are freed and it is recomputed from its prompt and tokens so far
-//             when readmitted.
+//             its pages are copied to the runner's swap space (host memory) and freed, and
+//             restored bit for bit when readmitted; where the swap space is full, its
+//             whole pages are left to the prefix cache and the rest is recomputed.
 //   run:      one Runner::run over all of them.
 //   postprocess: sample, detokenize, stop strings, finish (pages freed at once).
 // A cancelled request (client gone) is dropped at the start of the next step.
@@ -71,6 +72,7 @@ class Scheduler {
     bool registered = false;       // its prompt's pages offered to the prefix cache
     int64_t cached_tokens = 0;     // prompt tokens the prefix cache supplied (first admission)
     int64_t preempted_held = 0;    // tokens it held when last preempted (0: not waiting to resume)
+    int64_t swapped = -1;          // its swap-space handle while preempted and swapped out
     Sampler sampler;
     StopMatcher stop;
     Utf8Stream utf8;
@@ -95,7 +97,9 @@ class Scheduler {
   static bool needs_logits(const Active& a);
   void postprocess(Active& a, const float* logits, int32_t greedy_id);
   void finish(Active& a, const std::string& reason, const std::string& error = "");
-  void preempt_newest();  // running_'s newest back to the queue, its pages freed
+  void preempt_newest();  // running_'s newest back to the queue, its pages swapped out or freed
+  // Readmits a swapped-out sequence when its pages fit beside `reserved`; false: not now.
+  bool resume_swapped(Active& a, const KvPages& reserved);
   void remove_finished();
   void publish();
   TokenLogprob logprob_of(const float* logits, int32_t id, int top) const;

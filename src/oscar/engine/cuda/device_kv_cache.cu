@@ -365,3 +365,92 @@ bool DeviceKvCache::unshare_hist(int slot, int64_t i) {
 }
 
 }  // namespace oscar::cuda
+
+// Swap (device_kv_cache.h): pages to and from host memory, one copy per run of
+// consecutive page numbers (the free list hands them out in order, so runs are long).
+namespace oscar::cuda {
+
+DeviceKvCache::Pages DeviceKvCache::SwapTable::pages() const {
+  Pages p;
+  for (uint8_t h : fp_held) p.fp += h;
+  for (uint8_t h : hist_held) p.hist += h;
+  return p;
+}
+
+size_t DeviceKvCache::swap_bytes(int slot) const {
+  check_slot(slot, "DeviceKvCache::swap_bytes");
+  size_t fp = 0, hist = 0;
+  for (int64_t i = 0; i < fp_stride_; ++i) fp += h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)] >= 0;
+  for (int64_t i = 0; i < hist_stride_; ++i)
+    hist += h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t(i)] >= 0;
+  return fp * fp_page_bytes() + hist * hist_page_bytes();
+}
+
+void DeviceKvCache::copy_swap(const std::vector<int32_t>& fp, const std::vector<int32_t>& hist, uint8_t* host,
+                              bool to_host) {
+  const auto copy_pool = [&](uint8_t* pool, size_t page_bytes, const std::vector<int32_t>& pages) {
+    for (size_t i = 0; i < pages.size();) {
+      size_t j = i + 1;
+      while (j < pages.size() && pages[j] == pages[j - 1] + 1) ++j;
+      uint8_t* dev = pool + size_t(pages[i]) * page_bytes;
+      uint8_t* h = host + i * page_bytes;
+      const cudaError_t e = cudaMemcpyAsync(to_host ? h : dev, to_host ? dev : h, (j - i) * page_bytes,
+                                            to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, stream_);
+      if (e != cudaSuccess) fail("DeviceKvCache swap", cudaGetErrorString(e));
+      i = j;
+    }
+    host += pages.size() * page_bytes;
+  };
+  const size_t fp_bytes = size_t(n_kv_heads_) * kPage * size_t(head_dim_) * 2;
+  for (int l = 0; l < n_layers_; ++l) {
+    copy_pool(reinterpret_cast<uint8_t*>(fp_k_[size_t(l)]), fp_bytes, fp);
+    copy_pool(reinterpret_cast<uint8_t*>(fp_v_[size_t(l)]), fp_bytes, fp);
+    const size_t hist_bytes = size_t(n_kv_heads_) * kHistPage * row_bytes(l);
+    if (hist_bytes == 0) continue;
+    copy_pool(hist_k_[size_t(l)], hist_bytes, hist);
+    copy_pool(hist_v_[size_t(l)], hist_bytes, hist);
+  }
+  const cudaError_t e = cudaStreamSynchronize(stream_);
+  if (e != cudaSuccess) fail("DeviceKvCache swap", cudaGetErrorString(e));
+}
+
+DeviceKvCache::SwapTable DeviceKvCache::swap_out(int slot, uint8_t* host) {
+  check_slot(slot, "DeviceKvCache::swap_out");
+  SwapTable t;
+  t.length = length_[size_t(slot)];
+  std::vector<int32_t> fp, hist;
+  for (int64_t i = 0; i < fp_stride_; ++i) {
+    const int32_t p = h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)];
+    t.fp_held.push_back(p >= 0);
+    if (p >= 0) fp.push_back(p);
+  }
+  for (int64_t i = 0; i < hist_stride_; ++i) {
+    const int32_t p = h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t(i)];
+    t.hist_held.push_back(p >= 0);
+    if (p >= 0) hist.push_back(p);
+  }
+  copy_swap(fp, hist, host, true);
+  clear_sequence(slot);
+  return t;
+}
+
+bool DeviceKvCache::swap_in(int slot, const SwapTable& t, const uint8_t* host) {
+  const char* what = "DeviceKvCache::swap_in";
+  check_slot(slot, what);
+  if (length_[size_t(slot)] != 0) fail(what, "sequence slot " + std::to_string(slot) + " is not empty");
+  if (int64_t(t.fp_held.size()) != fp_stride_ || int64_t(t.hist_held.size()) != hist_stride_ ||
+      t.length > limits_.max_seq_len)
+    fail(what, "the swapped table does not match this cache");
+  const Pages need = t.pages();
+  if (need.fp > int64_t(free_fp_.size()) || need.hist > int64_t(free_hist_.size())) return false;
+  std::vector<int32_t> fp, hist;
+  for (int64_t i = 0; i < fp_stride_; ++i)
+    if (t.fp_held[size_t(i)]) set_entry(false, slot, i, fp.emplace_back(take_page(false)));
+  for (int64_t i = 0; i < hist_stride_; ++i)
+    if (t.hist_held[size_t(i)]) set_entry(true, slot, i, hist.emplace_back(take_page(true)));
+  copy_swap(fp, hist, const_cast<uint8_t*>(host), false);
+  length_[size_t(slot)] = t.length;
+  return true;
+}
+
+}  // namespace oscar::cuda

@@ -133,6 +133,21 @@ class DeviceKvCache {
   bool unshare_hist(int slot, int64_t i);
   void clear_sequence(int slot);  // drops its tokens and pages, keeps the slot
 
+  // Swap to host memory (a server's swap space): which table entries of a slot held pages,
+  // and the bytes of those pages, per layer fp K, fp V, history K, history V in table order.
+  // swap_bytes: what swap_out copies. swap_out copies the slot's pages to `host` (pinned
+  // memory for speed) and empties the slot; swap_in gives the empty `slot` fresh pages and
+  // copies them back (false, nothing changed, when they are not free). Both wait for their
+  // copies, so the host memory may be freed or reused when they return.
+  struct SwapTable {
+    int64_t length = 0;
+    std::vector<uint8_t> fp_held, hist_held;
+    Pages pages() const;
+  };
+  size_t swap_bytes(int slot) const;
+  SwapTable swap_out(int slot, uint8_t* host);
+  bool swap_in(int slot, const SwapTable& table, const uint8_t* host);
+
   // Device views for the kernels of layer l.
   uint16_t* fp_k(int l) const { return fp_k_[size_t(l)]; }
   uint16_t* fp_v(int l) const { return fp_v_[size_t(l)]; }
@@ -149,6 +164,8 @@ class DeviceKvCache {
  private:
   void check_slot(int slot, const char* what) const;
   void set_entry(bool hist, int slot, int64_t i, int32_t page);
+  // The slot's pages (fp then history lists, in table order) to or from host memory.
+  void copy_swap(const std::vector<int32_t>& fp, const std::vector<int32_t>& hist, uint8_t* host, bool to_host);
   int32_t take_page(bool hist);          // a free page, one owner
   void release_page(bool hist, int32_t page);
   // Changes a page's owners (by_cache: a cache entry) keeping cache_only_ and the free list.

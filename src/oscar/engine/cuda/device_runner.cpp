@@ -208,6 +208,45 @@ void DeviceRunner::register_prefix(SeqId seq, std::span<const int32_t> tokens) {
   });
 }
 
+int64_t DeviceRunner::swap_out(SeqId seq) {
+  cuda::DeviceKvCache& c = dm_->cache();
+  const size_t bytes = device_call("swap_out", [&] { return c.swap_bytes(int(seq)); });
+  if (!swap_.fits(int64_t(bytes))) return -1;
+  void* host = nullptr;
+  // Pinned, so that the copies run at the bus's speed; refused (no swap, nothing changed)
+  // when the host cannot pin that much.
+  if (bytes > 0 && cudaMallocHost(&host, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  SwapImage img;
+  img.bytes = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(host), [](uint8_t* p) {
+    if (p) cudaFreeHost(p);
+  });
+  img.table = device_call("swap_out", [&] { return c.swap_out(int(seq), img.bytes.get()); });
+  c.remove_sequence(int(seq));
+  return swap_.put(std::move(img), int64_t(bytes));
+}
+
+KvPages DeviceRunner::swap_need(int64_t handle) const {
+  const auto p = swap_.get(handle).table.pages();
+  return {p.fp, p.hist};
+}
+
+SeqId DeviceRunner::swap_in(int64_t handle) {
+  cuda::DeviceKvCache& c = dm_->cache();
+  const SwapImage& img = swap_.get(handle);
+  const KvPages need = swap_need(handle), free = free_pages();
+  if (need.fp > free.fp || need.history > free.history || !evict_for(need)) return -1;
+  const int slot = device_call("swap_in", [&] { return c.add_sequence(); });
+  if (!device_call("swap_in", [&] { return c.swap_in(slot, img.table, img.bytes.get()); })) {
+    c.remove_sequence(slot);
+    return -1;
+  }
+  swap_.drop(handle);
+  return SeqId(slot);
+}
+
 bool DeviceRunner::evict_for(const KvPages& need) {
   using Pool = cuda::DeviceKvCache::Pool;
   cuda::DeviceKvCache& c = dm_->cache();

@@ -58,9 +58,21 @@ class DeviceRunner final : public engine::Runner {
   int64_t attach_prefix(SeqId seq, std::span<const int32_t> tokens) override;
   void register_prefix(SeqId seq, std::span<const int32_t> tokens) override;
   PrefixCacheStats prefix_stats() const override { return prefix_.stats(); }
+  void set_swap_space(int64_t bytes) override { swap_.set_capacity(bytes); }
+  int64_t swap_out(SeqId seq) override;
+  KvPages swap_need(int64_t handle) const override;
+  SeqId swap_in(int64_t handle) override;
+  void swap_drop(int64_t handle) override { swap_.drop(handle); }
+  engine::SwapStats swap_stats() const override { return swap_.stats(); }
   void run(const engine::Batch& batch, engine::StepOutput& out) override;
 
  private:
+  // A swapped-out sequence: its page-table pattern and its pages' bytes in pinned memory.
+  struct SwapImage {
+    cuda::DeviceKvCache::SwapTable table;
+    std::shared_ptr<uint8_t> bytes;  // cudaFreeHost on release
+  };
+  engine::SwapSpace<SwapImage> swap_;
   bool evict_for(const KvPages& need);  // drops LRU cache entries until need is free; false: cannot
   std::unique_ptr<cuda::DeviceModel> dm_;
   DeviceLoadStats load_;

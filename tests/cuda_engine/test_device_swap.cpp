@@ -1,0 +1,97 @@
+// DeviceRunner's swap space, on the GPU (skipped where there is none): a tiny BF16 model,
+// int2 (sink 16, window 32, history pages of 64 rows) and bf16, the prefix cache on.
+// A sequence that shares prefix pages with another, swapped out after some decode steps
+// and back in (its pages meanwhile written by a third sequence), gives bit for bit the
+// logits of a twin that never left; a swap the space cannot hold is refused with nothing
+// changed; the bytes are counted until restored or dropped.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "gpu_test_util.h"
+#include "oscar/engine/cuda/device_runner.h"
+
+namespace oscar {
+namespace {
+
+std::vector<int32_t> prompt(uint64_t seed, size_t n) {
+  std::vector<int32_t> p(n);
+  for (size_t i = 0; i < n; ++i) p[i] = int32_t((seed * 131 + i * 17 + (i * i) % 7) % 50);
+  return p;
+}
+
+// One step of one sequence; its logits row.
+std::vector<float> step(DeviceRunner& r, SeqId s, std::span<const int32_t> tokens) {
+  engine::Batch b;
+  b.add(s, r.length(s), tokens, true);
+  engine::StepOutput out;
+  r.run(b, out);
+  return std::vector<float>(out.logits.begin(), out.logits.begin() + r.n_vocab());
+}
+
+int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+class DeviceSwap : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DeviceSwap, RestoredSequenceGoesOnBitForBit) {
+  if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  Transformer t = test::tiny_device_model(GetParam(), 33);
+  const int64_t ctx = 512;
+  DeviceRunner r(t, plan_device_kv(t, 0, 4, ctx), 4, ctx);
+  r.enable_prefix_cache("test");
+  const std::vector<int32_t> p = prompt(7, 200);
+  const SeqId twin = r.add_sequence();
+  std::vector<float> lt = step(r, twin, p);
+  r.register_prefix(twin, p);
+  const SeqId moved = r.add_sequence();
+  const int64_t hit = r.attach_prefix(moved, p);
+  ASSERT_GT(hit, 0);
+  std::vector<float> lm = step(r, moved, std::span<const int32_t>(p).subspan(size_t(hit)));
+  for (int i = 0; i < 40; ++i) {  // past a history page's end
+    const int32_t next = argmax(lt);
+    lt = step(r, twin, std::span<const int32_t>(&next, 1));
+    lm = step(r, moved, std::span<const int32_t>(&next, 1));
+  }
+  const std::vector<float> before = lm;
+  const int64_t length = r.length(moved);
+
+  r.set_swap_space(1000);
+  EXPECT_EQ(r.swap_out(moved), -1);
+  EXPECT_EQ(r.length(moved), length);
+  r.set_swap_space(int64_t(1) << 30);
+  const int64_t h = r.swap_out(moved);
+  ASSERT_GE(h, 0);
+  const KvPages need = r.swap_need(h);
+  EXPECT_EQ(need.fp, r.pages_for_length(length).fp);
+  EXPECT_EQ(need.history, r.pages_for_length(length).history);
+  EXPECT_GT(r.swap_stats().used_bytes, 0);
+
+  const SeqId other = r.add_sequence();  // writes its rows into the freed pages
+  step(r, other, prompt(99, 300));
+  r.free_sequence(other);
+
+  const SeqId back = r.swap_in(h);
+  ASSERT_GE(back, 0);
+  EXPECT_EQ(r.length(back), length);
+  EXPECT_EQ(r.swap_stats().used_bytes, 0);
+  EXPECT_EQ(r.swap_stats().images, 0);
+  for (int i = 0; i < 80; ++i) {  // into the next history pages
+    const int32_t next = argmax(lt);
+    lt = step(r, twin, std::span<const int32_t>(&next, 1));
+    lm = step(r, back, std::span<const int32_t>(&next, 1));
+    ASSERT_EQ(lt, lm) << GetParam() << ": step " << i << " after swap_in";
+  }
+  const int64_t h2 = r.swap_out(back);
+  ASSERT_GE(h2, 0);
+  r.swap_drop(h2);
+  EXPECT_EQ(r.swap_stats().used_bytes, 0);
+  r.free_sequence(twin);
+  const KvSegmentUsage u = r.usage();
+  EXPECT_EQ(u.sink_pages + u.recent_pages + u.history_pages, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kv, DeviceSwap, ::testing::Values("int2", "bf16"));
+
+}  // namespace
+}  // namespace oscar
