@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include "oscar/cuda/decode_attention.h"
 #include "oscar/cuda/host_checks.h"
@@ -182,21 +183,25 @@ void DeviceKvCache::remove_sequence(int slot) {
 
 void DeviceKvCache::clear_sequence(int slot) {
   check_slot(slot, "DeviceKvCache::clear_sequence");
-  for (int64_t i = 0; i < fp_stride_; ++i) {
-    const int32_t p = h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)];
-    if (p >= 0) {
-      release_page(false, p);
-      set_entry(false, slot, i, -1);
+  for (auto [table, stride, hist] : {std::tuple{&h_fp_table_, fp_stride_, false}, std::tuple{&h_hist_table_, hist_stride_, true}})
+    for (int64_t i = 0; i < stride; ++i) {
+      int32_t& p = (*table)[size_t(slot) * size_t(stride) + size_t(i)];
+      if (p >= 0) release_page(hist, p);
+      p = -1;
     }
-  }
-  for (int64_t i = 0; i < hist_stride_; ++i) {
-    const int32_t p = h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t(i)];
-    if (p >= 0) {
-      release_page(true, p);
-      set_entry(true, slot, i, -1);
-    }
-  }
+  upload_tables(slot);
   length_[size_t(slot)] = 0;
+}
+
+void DeviceKvCache::upload_tables(int slot) {
+  for (auto [h, d, stride] : {std::tuple{&h_fp_table_, d_fp_table_, fp_stride_},
+                              std::tuple{&h_hist_table_, d_hist_table_, hist_stride_}}) {
+    const size_t at = size_t(slot) * size_t(stride);
+    // Pageable source: staged at once (see set_entry), ordered before the next step's kernels.
+    const cudaError_t e = cudaMemcpyAsync(d + at, h->data() + at, size_t(stride) * sizeof(int32_t),
+                                          cudaMemcpyHostToDevice, stream_);
+    if (e != cudaSuccess) fail("DeviceKvCache", std::string("page table upload: ") + cudaGetErrorString(e));
+  }
 }
 
 bool DeviceKvCache::active(int slot) const {
@@ -443,11 +448,18 @@ bool DeviceKvCache::swap_in(int slot, const SwapTable& t, const uint8_t* host) {
     fail(what, "the swapped table does not match this cache");
   const Pages need = t.pages();
   if (need.fp > int64_t(free_fp_.size()) || need.hist > int64_t(free_hist_.size())) return false;
-  std::vector<int32_t> fp, hist;
-  for (int64_t i = 0; i < fp_stride_; ++i)
-    if (t.fp_held[size_t(i)]) set_entry(false, slot, i, fp.emplace_back(take_page(false)));
-  for (int64_t i = 0; i < hist_stride_; ++i)
-    if (t.hist_held[size_t(i)]) set_entry(true, slot, i, hist.emplace_back(take_page(true)));
+  // Which page holds which entry is free to choose: ascending, so that the copies run over
+  // consecutive pages (the free list hands back released pages in reverse).
+  std::vector<int32_t> fp(size_t(need.fp)), hist(size_t(need.hist));
+  for (int32_t& p : fp) p = take_page(false);
+  for (int32_t& p : hist) p = take_page(true);
+  std::sort(fp.begin(), fp.end());
+  std::sort(hist.begin(), hist.end());
+  for (int64_t i = 0, k = 0; i < fp_stride_; ++i)
+    if (t.fp_held[size_t(i)]) h_fp_table_[size_t(slot) * size_t(fp_stride_) + size_t(i)] = fp[size_t(k++)];
+  for (int64_t i = 0, k = 0; i < hist_stride_; ++i)
+    if (t.hist_held[size_t(i)]) h_hist_table_[size_t(slot) * size_t(hist_stride_) + size_t(i)] = hist[size_t(k++)];
+  upload_tables(slot);
   copy_swap(fp, hist, const_cast<uint8_t*>(host), false);
   length_[size_t(slot)] = t.length;
   return true;

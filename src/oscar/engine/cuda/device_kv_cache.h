@@ -164,6 +164,7 @@ class DeviceKvCache {
  private:
   void check_slot(int slot, const char* what) const;
   void set_entry(bool hist, int slot, int64_t i, int32_t page);
+  void upload_tables(int slot);  // the slot's rows of both tables, one copy each
   // The slot's pages (fp then history lists, in table order) to or from host memory.
   void copy_swap(const std::vector<int32_t>& fp, const std::vector<int32_t>& hist, uint8_t* host, bool to_host);
   int32_t take_page(bool hist);          // a free page, one owner
