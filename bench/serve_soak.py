@@ -78,6 +78,8 @@ def metrics(url):
         name, _, v = line.rpartition(" ")
         key = name.split("{")[0]
         vals[key] = vals.get(key, 0.0) + float(v)
+        if key != name:
+            vals[name] = float(v)  # each labelled series too
     return vals
 
 
@@ -365,6 +367,9 @@ def main():
         row.update({"waves": waves, "pages_idle": pages0, "rss_growth": round(growth, 4),
                     "heap_growth": None if heap_growth is None else round(heap_growth, 4),
                     "preemptions": metrics(url).get("oscar_preemptions_total")})
+        m = metrics(url)
+        row["resumed_tokens"] = {src: m.get(f'oscar_resumed_tokens_total{{source="{src}"}}')
+                                 for src in ("swapped", "kept", "recomputed")}
     except Exception as e:  # noqa: BLE001
         stats.fail(f"{type(e).__name__}: {e}")
     finally:

@@ -30,7 +30,20 @@ struct Case {
   bool qk_norm, interleaved, rot_k, rot_v;
   bool k_shift = false;  // --k-mean: a vector per KV head subtracted from k after R_K
   bool k_bias = false;   // --k-bias-split: b_k per KV head taken out of k, q's coefficients out
+  bool by_product = false;  // R_K left to the caller (k_out), then write_prologue_keys
 };
+
+// x·R for rows of d (the caller's product in the rotation-by-product form), in double.
+std::vector<float> rotate_rows(const std::vector<float>& x, const std::vector<float>& R, int d) {
+  std::vector<float> y(x.size());
+  for (size_t r = 0; r < x.size() / size_t(d); ++r)
+    for (int j = 0; j < d; ++j) {
+      double s = 0;
+      for (int i = 0; i < d; ++i) s += double(x[r * d + size_t(i)]) * double(R[size_t(i) * d + j]);
+      y[r * d + size_t(j)] = float(s);
+    }
+  return y;
+}
 
 std::vector<float> normal_vec(size_t n, std::mt19937& rng, float sd) {
   std::normal_distribution<float> g(0.0f, sd);
@@ -142,9 +155,17 @@ double run_case(const Case& c, uint32_t seed, int pos_shift, std::string* detail
   if (c.k_bias && !drop_k_bias) p.k_bias = d_kb.as<float>(), p.q_coef = d_coef.as<float>();
   p.q_out = d_qo.as<float>(), p.fp_k = d_fk.as<uint16_t>(), p.fp_v = d_fv.as<uint16_t>();
   p.fp_blocks = d_table.as<int32_t>(), p.fp_blocks_stride = stride;
+  DeviceBuffer d_ko = DeviceBuffer::from(std::vector<float>(k.size(), NAN));
+  if (c.by_product) p.rot_k = nullptr, p.k_out = d_ko.as<float>();
   oscar::cuda::attention_prologue(p);
   CHECK_CUDA(cudaDeviceSynchronize());
-  const auto qo = download<float>(d_qo, q.size());
+  auto qo = download<float>(d_qo, q.size());
+  if (c.by_product) {  // the caller's two products, then the keys into their pages
+    qo = rotate_rows(qo, rk, d);
+    const DeviceBuffer d_krot = DeviceBuffer::from(rotate_rows(download<float>(d_ko, k.size()), rk, d));
+    oscar::cuda::write_prologue_keys(p, d_krot.as<float>());
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
   const auto coef = c.k_bias ? download<float>(d_coef, q.size()) : std::vector<float>();
   const auto fk = download<uint16_t>(d_fk, pool), fv = download<uint16_t>(d_fv, pool);
 
@@ -227,6 +248,10 @@ void run_attention_prologue_tests(uint32_t seed) {
       {70, 32, 8, 128, true, false, true, false, true},
       {65, 6, 1, 128, false, false, true, true, true},
       {64, 12, 2, 64, false, true, true, true, false, true},
+      // The same with R_K by product (DeviceModel's form for a prefill's rows).
+      {70, 32, 8, 128, true, false, true, false, true, false, true},
+      {65, 6, 1, 128, false, false, true, true, true, false, true},
+      {64, 12, 2, 64, false, true, true, true, false, true, true},
   };
   for (const Case& c : cases) {
     std::string detail;
@@ -234,7 +259,8 @@ void run_attention_prologue_tests(uint32_t seed) {
     const std::string name = "attention_prologue B" + std::to_string(c.batch) + " H" + std::to_string(c.n_heads) +
                              "/" + std::to_string(c.n_kv) + " d" + std::to_string(c.d) + (c.qk_norm ? " qk-norm" : "") +
                              (c.interleaved ? " interleaved" : " neox") + (c.rot_k ? " R_K" : "") +
-                             (c.rot_v ? " R_V" : "") + (c.k_shift ? " k-shift" : "") + (c.k_bias ? " k-bias" : "");
+                             (c.rot_v ? " R_V" : "") + (c.k_shift ? " k-shift" : "") + (c.k_bias ? " k-bias" : "") +
+                             (c.by_product ? " R_K by product" : "");
     char line[300];
     std::snprintf(line, sizeof line, "%s: worst error %.3f of the tolerance (%s)", name.c_str(), e, detail.c_str());
     report(e <= 1.0, line);

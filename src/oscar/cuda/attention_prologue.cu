@@ -212,13 +212,25 @@ __global__ void prologue_kernel(const AttentionPrologueParams p) {
     }
     const int kvh = h - p.n_heads;
     float k = x[j];
+    if (p.k_out) p.k_out[(int64_t(b) * p.n_kv_heads + kvh) * d + e] = k;  // rotated and written later
     if (p.k_shift) k -= p.k_shift[kvh * d + e];
     const int page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + t / kPageTokens];
     if (page < 0) continue;  // a released page: refused on the host side of a correct caller
     const int64_t dst = ((int64_t(page) * p.n_kv_heads + kvh) * kPageTokens + t % kPageTokens) * d + e;
-    p.fp_k[dst] = bf16_bits(k);
+    if (!p.k_out) p.fp_k[dst] = bf16_bits(k);
     p.fp_v[dst] = bf16_bits(v[j]);
   }
+}
+
+// write_prologue_keys: grid (n_kv_heads, B), d threads, one element each.
+__global__ void write_keys_kernel(const AttentionPrologueParams p, const float* k_rot) {
+  const int b = blockIdx.y, kvh = blockIdx.x, e = threadIdx.x, d = p.head_dim;
+  const int t = p.pos[b];
+  float k = k_rot[(int64_t(b) * p.n_kv_heads + kvh) * d + e];
+  if (p.k_shift) k -= p.k_shift[kvh * d + e];
+  const int page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + t / kPageTokens];
+  if (page < 0) return;
+  p.fp_k[((int64_t(page) * p.n_kv_heads + kvh) * kPageTokens + t % kPageTokens) * d + e] = bf16_bits(k);
 }
 
 // Rows from which a launch takes kPrefillHeads heads per CTA: each load of R_K then serves
@@ -250,10 +262,22 @@ void attention_prologue(const AttentionPrologueParams& p, cudaStream_t stream) {
     fail(what, "a required pointer is null");
   if (!p.q_norm != !p.k_norm) fail(what, "q_norm and k_norm come together");
   if (!p.k_bias != !p.q_coef) fail(what, "k_bias and q_coef come together");
+  if (p.k_out && p.rot_k) fail(what, "k_out (rotation by product) with rot_k");
   if (p.head_dim == 64)
     launch<64>(p, stream);
   else
     launch<128>(p, stream);
+  check_launch(what);
+}
+
+void write_prologue_keys(const AttentionPrologueParams& p, const float* k_rot, cudaStream_t stream) {
+  const char* what = "write_prologue_keys";
+  if (p.batch < 0 || p.batch > 65535) fail(what, "batch " + std::to_string(p.batch) + " outside [0, 65535]");
+  if (p.head_dim != 64 && p.head_dim != 128) fail(what, "head_dim " + std::to_string(p.head_dim) + " (64 or 128)");
+  if (p.n_kv_heads <= 0 || p.n_kv_heads > 65535) fail(what, "n_kv_heads out of range");
+  if (p.batch == 0) return;
+  if (!p.pos || !k_rot || !p.fp_k || !p.fp_blocks) fail(what, "a required pointer is null");
+  write_keys_kernel<<<dim3(unsigned(p.n_kv_heads), unsigned(p.batch)), unsigned(p.head_dim), 0, stream>>>(p, k_rot);
   check_launch(what);
 }
 

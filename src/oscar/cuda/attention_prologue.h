@@ -44,9 +44,18 @@ struct AttentionPrologueParams {
   // head's q' (after RoPE, before R_K) against b_k of its KV head (key_bias.h).
   const float* k_bias = nullptr;     // [n_kv_heads, d] b_k; null = none
   float* q_coef = nullptr;           // [B, n_heads, d]
+  // Rotation by product (a prefill's many rows; rot_k must be null): q_out gets q, and k_out
+  // k (f32 [B, n_kv_heads, d]), normed and RoPE'd but not yet rotated, and no K row goes to
+  // the fp pages (V rows still do). The caller rotates both with one matrix product each,
+  // then write_prologue_keys writes the rotated keys. q_out and k_out may be q and k.
+  float* k_out = nullptr;
 };
 
 // Checks the parameters (std::runtime_error naming the field) and launches on `stream`.
 void attention_prologue(const AttentionPrologueParams& p, cudaStream_t stream = nullptr);
+
+// After attention_prologue with k_out: the keys k_rot ([B, n_kv_heads, d], k_out·R_K), less
+// p.k_shift where given, as BF16 into their fp pages (p's pos, fp_k, fp_blocks).
+void write_prologue_keys(const AttentionPrologueParams& p, const float* k_rot, cudaStream_t stream = nullptr);
 
 }  // namespace oscar::cuda

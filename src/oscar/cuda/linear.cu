@@ -107,12 +107,13 @@ void Linear::linear_f32(const float* x, const float* w, const float* bias, float
   if (bias) add_bias_rows(y, bias, m, n_out, stream_);
 }
 
-void Linear::rotate(const float* x, const float* r, float* y, int64_t m, int d, bool transpose_r) {
+void Linear::rotate(const float* x, const float* r, float* y, int64_t m, int d, bool transpose_r, bool tf32) {
   if (m <= 0) return;
   const float alpha = 1.0f, beta = 0.0f;
   // Column-major: yᵀ [d, m] = Rᵀ·xᵀ (row-major R read as its transpose), or R·xᵀ for x·Rᵀ.
   check_cublas(cublasGemmEx(handle_, transpose_r ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, d, int(m), d, &alpha, r,
-                            CUDA_R_32F, d, x, CUDA_R_32F, d, &beta, y, CUDA_R_32F, d, CUBLAS_COMPUTE_32F_PEDANTIC,
+                            CUDA_R_32F, d, x, CUDA_R_32F, d, &beta, y, CUDA_R_32F, d,
+                            tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC,
                             CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx(rotation)");
 }

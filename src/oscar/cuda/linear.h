@@ -37,7 +37,9 @@ class Linear {
                   bool accumulate = false);
   // y [m, d] = x [m, d] · R (R [d, d] row-major f32); x and y must not overlap.
   // transpose_r: y = x · Rᵀ instead (un-rotating by an orthogonal R).
-  void rotate(const float* x, const float* r, float* y, int64_t m, int d, bool transpose_r = false);
+  // tf32: the product on the tensor cores with TF32 inputs (10-bit mantissas), for rows that
+  // are rounded to BF16 (8 bits) right after; else full f32.
+  void rotate(const float* x, const float* r, float* y, int64_t m, int d, bool transpose_r = false, bool tf32 = false);
 
   cudaStream_t stream() const { return stream_; }
 

@@ -23,6 +23,9 @@ using detail::check_cuda;
 using detail::check_launch;
 using detail::fail;
 
+// Rows from which the prologue leaves R_K to two matrix products (H200, Qwen3-8B shape, 8K
+// INT2-OSCAR prefill: docs/cuda.md); the prologue's own 8-heads-a-CTA form starts at 64 too.
+constexpr int kRotateByProductRows = 64;
 
 // Per-step inputs, in this order, each max_batch ints (device and pinned host copies).
 // kLastRow: forward()'s row of each sequence's last token.
@@ -690,7 +693,21 @@ void DeviceModel::layer(int l, const Plan& p) {
   const bool key_bias = key_bias_split_ && w.bk;
   if (key_bias) pp.k_bias = w.bk, pp.q_coef = key_bias_coef_;
   pp.fp_k = c.fp_k(l), pp.fp_v = c.fp_v(l), pp.fp_blocks = fp_blocks_, pp.fp_blocks_stride = c.fp_stride();
-  attention_prologue(pp, stream_);
+  // A prefill's many rows rotate by R_K in two products (queries, keys) on the tensor cores
+  // instead of inside the prologue, which reads R once per CTA (docs/cuda.md, "Attention
+  // prologue"). TF32 inputs: the attention kernels round queries, and the cache keys, to
+  // BF16 right after. The f32 precision (comparisons with the CPU) keeps the prologue's.
+  const bool rotate_by_product = w.rot_k && batch >= kRotateByProductRows && precision_ == GemmPrecision::bf16;
+  if (rotate_by_product) {
+    pp.rot_k = nullptr, pp.q_out = q_in, pp.k_out = k_in;  // in place: each element read, then written, by one thread
+    attention_prologue(pp, stream_);
+    linear_->rotate(q_in, w.rot_k, q_rot_, int64_t(batch) * s.n_heads, d, false, /*tf32=*/true);
+    // att_ is free until attention.
+    linear_->rotate(k_in, w.rot_k, att_, int64_t(batch) * s.n_kv_heads, d, false, /*tf32=*/true);
+    write_prologue_keys(pp, att_, stream_);
+  } else {
+    attention_prologue(pp, stream_);
+  }
   if (bits != 0 && !demote_hoisted_) {
     DemoteParams dp = demote_params(batch);
     dp.bits = bits, dp.k_clip = kv_.k_clip[size_t(l)], dp.v_clip = kv_.v_clip[size_t(l)];
