@@ -253,6 +253,9 @@ def server_args(name: str) -> list[str]:
         return ["--kv", "bf16"]
     if name == "int2":
         return INT2_ARGS + ["--rotations", rotations()]
+    if name == "tight":  # pages for about two sequences at once, admission by the prompt alone: preemption
+        # (16 MiB: on the GPU a sequence of -c tokens plus one 64-row forward's pages)
+        return ["--kv", "bf16", "--kv-mem", "16", "--output-reserve", "0", "--step-tokens", "64"]
     if name == "capped":  # a small connection cap and short timeouts, for the slow-client tests
         return ["--kv", "bf16", "--max-connections", "64", "--read-timeout", "3", "--request-timeout", "4"]
     raise KeyError(name)
@@ -758,6 +761,54 @@ def test_concurrent_equals_sequential():
     check(not problems, "; ".join(problems))
 
 
+def test_preemption_swaps():
+    """More requests than the pages hold, admitted by their prompts: sequences are preempted, their
+    pages swapped to host memory and back, and every greedy answer is the one it gives alone."""
+    srv = get_server("tight")
+    n = 64
+    prompts = [prose(0.03 + 0.07 * i, 480 + 40 * i) for i in range(6)]
+    alone = []
+    with new_http() as c:
+        for p in prompts:
+            text, fin, usage, _ = complete(srv, p, n, client=c)
+            alone.append((text, usage.get("completion_tokens")))
+    m0 = metrics(srv)
+    results: list = [None] * len(prompts)
+    barrier = threading.Barrier(len(prompts))
+
+    def worker(i):
+        try:
+            with new_http() as c:
+                barrier.wait(30)
+                text, fin, usage, _ = complete(srv, prompts[i], n, client=c)
+                results[i] = (text, usage.get("completion_tokens"))
+        except Exception as e:  # noqa: BLE001
+            results[i] = e
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(HTTP_TIMEOUT + 60)
+    m1 = metrics(srv)
+    delta = lambda name, **kw: (metric(m1, name, **kw) or 0) - (metric(m0, name, **kw) or 0)  # noqa: E731
+    preemptions, held = delta("oscar_preemptions_total"), delta("oscar_preempted_tokens_total")
+    swapped = delta("oscar_resumed_tokens_total", source="swapped")
+    info(f"{preemptions:.0f} preemptions, {held:.0f} tokens held, {swapped:.0f} restored from the swap space, "
+         f"{delta('oscar_resumed_tokens_total', source='recomputed'):.0f} recomputed")
+    check(preemptions > 0, "no request was preempted: the test's pages are too many for it")
+    check(swapped == held, f"{held:.0f} preempted tokens but {swapped:.0f} restored from the swap space")
+    check(metric(m1, "oscar_kv_swap_bytes", what="used") == 0, "the swap space still holds bytes after the run")
+    problems = []
+    for i, (a, r) in enumerate(zip(alone, results)):
+        if isinstance(r, Exception) or r is None:
+            problems.append(f"request {i}: {r!r}")
+        elif r != a:
+            problems.append(f"request {i}: under preemption {short(r[0], 120)!r} != alone {short(a[0], 120)!r} "
+                            f"(differs at character {first_diff(r[0], a[0])})")
+    check(not problems, "; ".join(problems))
+
+
 def kv_state(srv: Server):
     m = metrics(srv)
     return (metric(m, "oscar_requests_running"), metric(m, "oscar_requests_waiting"),
@@ -1249,6 +1300,7 @@ TESTS = [
     test_sampling_params,
     test_greedy_matches_run_bf16,
     test_concurrent_equals_sequential,
+    test_preemption_swaps,
     test_disconnect_frees_pages,
     test_nonstreaming_disconnect,
     test_slow_clients,
