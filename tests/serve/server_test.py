@@ -254,8 +254,8 @@ def server_args(name: str) -> list[str]:
     if name == "int2":
         return INT2_ARGS + ["--rotations", rotations()]
     if name == "tight":  # pages for about two sequences at once, admission by the prompt alone: preemption
-        # (16 MiB: on the GPU a sequence of -c tokens plus one 64-row forward's pages)
-        return ["--kv", "bf16", "--kv-mem", "16", "--output-reserve", "0", "--step-tokens", "64"]
+        # (16 MiB at -c 512: on the GPU a sequence of -c tokens plus one 64-row forward's pages)
+        return ["--kv", "bf16", "--kv-mem", str(16 * CTX // 512), "--output-reserve", "0", "--step-tokens", "64"]
     if name == "capped":  # a small connection cap and short timeouts, for the slow-client tests
         return ["--kv", "bf16", "--max-connections", "64", "--read-timeout", "3", "--request-timeout", "4"]
     raise KeyError(name)
@@ -766,7 +766,7 @@ def test_preemption_swaps():
     pages swapped to host memory and back, and every greedy answer is the one it gives alone."""
     srv = get_server("tight")
     n = 64
-    prompts = [prose(0.03 + 0.07 * i, 480 + 40 * i) for i in range(6)]
+    prompts = [prose(0.03 + 0.07 * i, (480 + 40 * i) * CTX // 512) for i in range(6)]
     alone = []
     with new_http() as c:
         for p in prompts:
