@@ -147,6 +147,7 @@ struct Row {
   double ms = 0, wall_ms = 0, tokens_per_s = 0, bytes = 0, roofline_ms = 0, frac = 0;
   size_t kv_bytes_per_seq = 0, kv_bf16_bytes_per_seq = 0, kv_bytes_reserved = 0, weight_bytes = 0, weight_bytes_read = 0;
   double swap_out_ms = 0, swap_in_ms = 0;  // prefill rows: DeviceKvCache::swap_out / swap_in of the prompt, measured
+  double swap_pin_ms = 0;                  // cudaMallocHost + cudaFreeHost of the image's pinned memory
   std::string note;
   bool measured = false, error = false;
 };
@@ -241,13 +242,17 @@ Row run_config(const std::string& kind, const KvSpec& spec, int batch, int64_t s
         if (r == 2) {  // the swap space's round trip of the prompt's pages (pinned host memory)
           const size_t bytes = cache.swap_bytes(slot);
           void* host = nullptr;
-          CHECK_CUDA(cudaMallocHost(&host, std::max<size_t>(bytes, 1)));
+          const auto a0 = std::chrono::steady_clock::now();
+          CHECK_CUDA(cudaMallocHost(&host, std::max<size_t>(bytes, 1)));  // DeviceRunner pins per image
           const auto w0 = std::chrono::steady_clock::now();
+          row.swap_pin_ms = std::chrono::duration<double, std::milli>(w0 - a0).count();
           const DeviceKvCache::SwapTable table = cache.swap_out(slot, static_cast<uint8_t*>(host));
           const auto w1 = std::chrono::steady_clock::now();
           if (!cache.swap_in(slot, table, static_cast<uint8_t*>(host))) throw std::runtime_error("swap_in refused");
           const auto w2 = std::chrono::steady_clock::now();
+          const auto f0 = std::chrono::steady_clock::now();
           CHECK_CUDA(cudaFreeHost(host));
+          row.swap_pin_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - f0).count();
           if (cache.length(slot) != seq) throw std::runtime_error("swap_in restored another length");
           row.swap_out_ms = std::chrono::duration<double, std::milli>(w1 - w0).count();
           row.swap_in_ms = std::chrono::duration<double, std::milli>(w2 - w1).count();
@@ -519,9 +524,9 @@ int main(int argc, char** argv) {
   for (const Row& r : rows)
     if (r.kind == "prefill" && r.measured && swap_ms(r) > 0)
       std::printf("prefill    T %7lld %-11s: recompute %.1f ms, swap out + in %.1f ms at the link's rate (%.1f MB): "
-                  "%.1fx; measured (DeviceKvCache::swap_out %.1f + swap_in %.1f ms): %.1fx\n",
+                  "%.1fx; measured (DeviceKvCache::swap_out %.1f + swap_in %.1f ms): %.1fx; pinning the image %.1f ms\n",
                   static_cast<long long>(r.seq), r.kv.c_str(), r.ms, swap_ms(r), double(r.kv_bytes_per_seq) / 1e6,
-                  r.ms / swap_ms(r), r.swap_out_ms, r.swap_in_ms, r.ms / (r.swap_out_ms + r.swap_in_ms));
+                  r.ms / swap_ms(r), r.swap_out_ms, r.swap_in_ms, r.ms / (r.swap_out_ms + r.swap_in_ms), r.swap_pin_ms);
 
   // Each non-BF16 format against BF16 at the same kind and T: tokens/s ratio.
   std::vector<Ratio> ratios;
@@ -552,7 +557,8 @@ int main(int argc, char** argv) {
                  "  \"host_to_device_GBps\": %.2f,\n  \"device_to_host_GBps\": %.2f,\n  \"swap_note\": \"prefill rows: "
                  "swap_ms = kv_bytes_per_seq out and back in at the host link's rates (1 GiB pinned cudaMemcpyAsync), "
                  "against recomputing the prompt (ms); swap_out_ms, swap_in_ms: DeviceKvCache::swap_out and swap_in "
-                 "of the prompt's pages to and from pinned host memory, host clock (each waits for its copies)\",\n",
+                 "of the prompt's pages to and from pinned host memory, host clock (each waits for its copies); swap_pin_ms: "
+                 "cudaMallocHost + cudaFreeHost of that memory, which DeviceRunner does per image\",\n",
                  h2d, d2h);
     std::fprintf(f,
                  "  \"model\": \"Qwen3-8B shape, random BF16 weights: %d layers, E %d, %d q heads, %d kv heads, d %d, "
@@ -581,11 +587,12 @@ int main(int argc, char** argv) {
                    "\"wall_ms\": %.5f, \"tokens_per_s\": %.2f, \"bytes\": %.0f, \"roofline_ms\": %.5f, "
                    "\"frac_of_copy\": %.4f, \"kv_bytes_per_seq\": %zu, \"kv_bf16_bytes_per_seq\": %zu, "
                    "\"kv_bytes_reserved\": %zu, \"weight_bytes\": %zu, \"weight_bytes_read\": %zu, "
-                   "\"swap_ms\": %.3f, \"swap_out_ms\": %.3f, \"swap_in_ms\": %.3f, \"note\": \"%s\"}%s\n",
+                   "\"swap_ms\": %.3f, \"swap_out_ms\": %.3f, \"swap_in_ms\": %.3f, \"swap_pin_ms\": %.3f, "
+                   "\"note\": \"%s\"}%s\n",
                    r.kind.c_str(), r.batch, static_cast<long long>(r.seq), r.kv.c_str(), r.steps, r.ms, r.wall_ms,
                    r.tokens_per_s, r.bytes, r.roofline_ms, r.frac, r.kv_bytes_per_seq, r.kv_bf16_bytes_per_seq,
                    r.kv_bytes_reserved, r.weight_bytes, r.weight_bytes_read, r.kind == "prefill" ? swap_ms(r) : 0.0,
-                   r.swap_out_ms, r.swap_in_ms, json_escape(r.note).c_str(),
+                   r.swap_out_ms, r.swap_in_ms, r.swap_pin_ms, json_escape(r.note).c_str(),
                    i + 1 < rows.size() ? "," : "");
     }
     std::fprintf(f, "  ],\n  \"ratios\": [\n");
