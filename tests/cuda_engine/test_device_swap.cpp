@@ -11,6 +11,7 @@
 
 #include "gpu_test_util.h"
 #include "oscar/engine/cuda/device_runner.h"
+#include "oscar/engine/cuda/pinned_pool.h"
 
 namespace oscar {
 namespace {
@@ -94,6 +95,30 @@ TEST_P(DeviceSwap, RestoredSequenceGoesOnBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kv, DeviceSwap, ::testing::Values("int2", "bf16"));
+
+// The swap images' pinned buffers: whole 64 MiB steps, reused by a later image up to twice
+// its size, never more pinned than the limit (free buffers are let go first).
+TEST(PinnedPool, ReusesBuffersWithinItsLimit) {
+  if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  constexpr size_t MiB = size_t(1) << 20;
+  PinnedPool pool;
+  size_t a_size = 0, b_size = 0, c_size = 0;
+  uint8_t* a = pool.take(100 * MiB, 256 * MiB, &a_size);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a_size, 128 * MiB);
+  a[0] = 1, a[a_size - 1] = 2;  // host memory, writable
+  pool.give(a, a_size);
+  uint8_t* b = pool.take(70 * MiB, 256 * MiB, &b_size);
+  EXPECT_EQ(b, a) << "a freed buffer up to twice the size is reused";
+  EXPECT_EQ(pool.pinned(), 128 * MiB);
+  EXPECT_EQ(pool.take(200 * MiB, 256 * MiB, &c_size), nullptr) << "past the limit while b is in use";
+  pool.give(b, b_size);
+  uint8_t* c = pool.take(200 * MiB, 256 * MiB, &c_size);  // lets the free 128 MiB go, pins 256
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c_size, 256 * MiB);
+  EXPECT_EQ(pool.pinned(), 256 * MiB);
+  pool.give(c, c_size);
+}
 
 }  // namespace
 }  // namespace oscar

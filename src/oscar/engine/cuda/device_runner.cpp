@@ -212,17 +212,13 @@ int64_t DeviceRunner::swap_out(SeqId seq) {
   cuda::DeviceKvCache& c = dm_->cache();
   const size_t bytes = device_call("swap_out", [&] { return c.swap_bytes(int(seq)); });
   if (!swap_.fits(int64_t(bytes))) return -1;
-  void* host = nullptr;
-  // Pinned, so that the copies run at the bus's speed; refused (no swap, nothing changed)
-  // when the host cannot pin that much.
-  if (bytes > 0 && cudaMallocHost(&host, bytes) != cudaSuccess) {
-    cudaGetLastError();
-    return -1;
-  }
+  // Pinned, so that the copies run at the bus's speed, and reused (pinned_pool.h); refused
+  // (no swap, nothing changed) when the host cannot pin that much.
+  size_t size = 0;
+  uint8_t* host = bytes > 0 ? pinned_.take(bytes, size_t(swap_.stats().capacity_bytes), &size) : nullptr;
+  if (bytes > 0 && !host) return -1;
   SwapImage img;
-  img.bytes = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(host), [](uint8_t* p) {
-    if (p) cudaFreeHost(p);
-  });
+  img.bytes = std::shared_ptr<uint8_t>(host, [this, size](uint8_t* p) { pinned_.give(p, size); });
   img.table = device_call("swap_out", [&] { return c.swap_out(int(seq), img.bytes.get()); });
   c.remove_sequence(int(seq));
   return swap_.put(std::move(img), int64_t(bytes));

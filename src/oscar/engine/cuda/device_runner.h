@@ -11,6 +11,7 @@
 
 #include "oscar/engine/cuda/device_model.h"
 #include "oscar/engine/cuda/device_weight_loader.h"
+#include "oscar/engine/cuda/pinned_pool.h"
 #include "oscar/engine/runner.h"
 #include "oscar/model/transformer.h"
 
@@ -70,8 +71,9 @@ class DeviceRunner final : public engine::Runner {
   // A swapped-out sequence: its page-table pattern and its pages' bytes in pinned memory.
   struct SwapImage {
     cuda::DeviceKvCache::SwapTable table;
-    std::shared_ptr<uint8_t> bytes;  // cudaFreeHost on release
+    std::shared_ptr<uint8_t> bytes;  // back to pinned_ on release
   };
+  PinnedPool pinned_;  // before swap_: the images give their buffers back to it
   engine::SwapSpace<SwapImage> swap_;
   bool evict_for(const KvPages& need);  // drops LRU cache entries until need is free; false: cannot
   std::unique_ptr<cuda::DeviceModel> dm_;
