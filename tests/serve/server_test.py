@@ -765,8 +765,10 @@ def test_preemption_swaps():
     """More requests than the pages hold, admitted by their prompts: sequences are preempted, their
     pages swapped to host memory and back, and every greedy answer is the one it gives alone."""
     srv = get_server("tight")
-    n = 64
-    prompts = [prose(0.03 + 0.07 * i, (480 + 40 * i) * CTX // 512) for i in range(6)]
+    # Short prompts, long answers: all six (or five) are admitted by their prompts, and their
+    # answers outgrow what is left, however fast the device runs them.
+    n = CTX // 4
+    prompts = [prose(0.03 + 0.07 * i, (240 + 20 * i) * CTX // 512) for i in range(6)]
     alone = []
     with new_http() as c:
         for p in prompts:
@@ -799,11 +801,18 @@ def test_preemption_swaps():
     check(preemptions > 0, "no request was preempted: the test's pages are too many for it")
     check(swapped == held, f"{held:.0f} preempted tokens but {swapped:.0f} restored from the swap space")
     check(metric(m1, "oscar_kv_swap_bytes", what="used") == 0, "the swap space still holds bytes after the run")
+    # The CPU's products give a request the same bits alone and in any batch, so the whole
+    # answer must match. The GPU's agree only to rounding (cuBLAS picks kernels by the batch's
+    # shape; docs/server.md), and the random model's repetitive answers are full of near-ties:
+    # there the first 64 characters must match (concurrent_equals_sequential's 16 tokens).
+    def same(r, a):
+        return r == a if ARGS.device != "cuda" else r[0][:64] == a[0][:64]
+
     problems = []
     for i, (a, r) in enumerate(zip(alone, results)):
         if isinstance(r, Exception) or r is None:
             problems.append(f"request {i}: {r!r}")
-        elif r != a:
+        elif not same(r, a):
             problems.append(f"request {i}: under preemption {short(r[0], 120)!r} != alone {short(a[0], 120)!r} "
                             f"(differs at character {first_diff(r[0], a[0])})")
     check(not problems, "; ".join(problems))
