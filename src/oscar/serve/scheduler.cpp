@@ -211,7 +211,7 @@ bool Scheduler::schedule() {
     KvPages reserved = planned;
     add_pages(reserved, outstanding);
     const int64_t T = int64_t(a.tokens.size());
-    const KvPages whole = running_.empty() ? runner_.pages_for_length(T + 1) : reserve_to_end(a, T + 1);
+    const KvPages whole = admission_pages(a);
     if (!fits(minus(whole, runner_.pages_for_length(hit)), reserved, runner_.free_pages())) {
       runner_.free_sequence(a.seq);
       a.seq = -1;
@@ -256,11 +256,8 @@ bool Scheduler::schedule() {
 bool Scheduler::resume_swapped(Active& a, const KvPages& reserved) {
   // Admission as for a prompt whose prefix cache hit is the whole image: the pages it
   // brings back, and those it may still grow by.
-  const KvPages image = runner_.swap_need(a.swapped);
-  const int64_t T = int64_t(a.tokens.size());
-  const KvPages whole = running_.empty() ? runner_.pages_for_length(T + 1) : reserve_to_end(a, T + 1);
-  KvPages need = image;
-  add_pages(need, minus(whole, runner_.pages_for_length(a.preempted_held)));
+  KvPages need = runner_.swap_need(a.swapped);
+  add_pages(need, minus(admission_pages(a), runner_.pages_for_length(a.preempted_held)));
   if (!fits(need, reserved, runner_.free_pages())) return false;
   const SeqId seq = runner_.swap_in(a.swapped);
   if (seq < 0) return false;
@@ -270,6 +267,11 @@ bool Scheduler::resume_swapped(Active& a, const KvPages& reserved) {
   metrics_.count_resumption(a.preempted_held, 0, a.preempted_held);
   a.preempted_held = 0;
   return true;
+}
+
+KvPages Scheduler::admission_pages(const Active& a) const {
+  const int64_t T = int64_t(a.tokens.size());
+  return running_.empty() ? runner_.pages_for_length(T + 1) : reserve_to_end(a, T + 1);
 }
 
 KvPages Scheduler::reserve_to_end(const Active& a, int64_t at_least) const {

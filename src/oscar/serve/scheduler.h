@@ -91,6 +91,9 @@ class Scheduler {
   // The pages of a at its end as admission counts it (at least at_least tokens): its tokens
   // so far and output_reserve of those it may still generate, within the context.
   KvPages reserve_to_end(const Active& a, int64_t at_least) const;
+  // What admitting a must find free: its pages to its end (its tokens and one more, at
+  // least); with nothing running, its tokens alone decide.
+  KvPages admission_pages(const Active& a) const;
   int64_t largest_chunk(const Active& a, int64_t n, const KvPages& planned, const KvPages& free) const;
   void run_step();
   // Whether a's next token needs its logits row on the host (sampling, penalty, logprobs).

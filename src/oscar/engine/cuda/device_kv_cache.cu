@@ -435,7 +435,7 @@ DeviceKvCache::SwapTable DeviceKvCache::swap_out(int slot, uint8_t* host) {
     if (p >= 0) hist.push_back(p);
   }
   copy_swap(fp, hist, host, true);
-  clear_sequence(slot);
+  remove_sequence(slot);
   return t;
 }
 

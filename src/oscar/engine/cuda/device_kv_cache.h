@@ -136,7 +136,8 @@ class DeviceKvCache {
   // Swap to host memory (a server's swap space): which table entries of a slot held pages,
   // and the bytes of those pages, per layer fp K, fp V, history K, history V in table order.
   // swap_bytes: what swap_out copies. swap_out copies the slot's pages to `host` (pinned
-  // memory for speed) and empties the slot; swap_in gives the empty `slot` fresh pages and
+  // memory for speed) and removes the slot, as the CPU cache removes a swapped sequence;
+  // swap_in gives an empty `slot` fresh pages and
   // copies them back (false, nothing changed, when they are not free). Both wait for their
   // copies, so the host memory may be freed or reused when they return.
   struct SwapTable {

@@ -220,7 +220,6 @@ int64_t DeviceRunner::swap_out(SeqId seq) {
   SwapImage img;
   img.bytes = std::shared_ptr<uint8_t>(host, [this, size](uint8_t* p) { pinned_.give(p, size); });
   img.table = device_call("swap_out", [&] { return c.swap_out(int(seq), img.bytes.get()); });
-  c.remove_sequence(int(seq));
   return swap_.put(std::move(img), int64_t(bytes));
 }
 
