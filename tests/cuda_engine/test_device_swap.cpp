@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "../runner_steps.h"
 #include "gpu_test_util.h"
 #include "oscar/engine/cuda/device_runner.h"
 #include "oscar/engine/cuda/pinned_pool.h"
@@ -22,16 +23,8 @@ std::vector<int32_t> prompt(uint64_t seed, size_t n) {
   return p;
 }
 
-// One step of one sequence; its logits row.
-std::vector<float> step(DeviceRunner& r, SeqId s, std::span<const int32_t> tokens) {
-  engine::Batch b;
-  b.add(s, r.length(s), tokens, true);
-  engine::StepOutput out;
-  r.run(b, out);
-  return std::vector<float>(out.logits.begin(), out.logits.begin() + r.n_vocab());
-}
-
-int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
+using test::argmax_of;
+using test::step_logits;
 
 class DeviceSwap : public ::testing::TestWithParam<std::string> {};
 
@@ -43,18 +36,17 @@ TEST_P(DeviceSwap, RestoredSequenceGoesOnBitForBit) {
   r.enable_prefix_cache("test");
   const std::vector<int32_t> p = prompt(7, 200);
   const SeqId twin = r.add_sequence();
-  std::vector<float> lt = step(r, twin, p);
+  std::vector<float> lt = step_logits(r, twin, p);
   r.register_prefix(twin, p);
   const SeqId moved = r.add_sequence();
   const int64_t hit = r.attach_prefix(moved, p);
   ASSERT_GT(hit, 0);
-  std::vector<float> lm = step(r, moved, std::span<const int32_t>(p).subspan(size_t(hit)));
+  std::vector<float> lm = step_logits(r, moved, std::span<const int32_t>(p).subspan(size_t(hit)));
   for (int i = 0; i < 40; ++i) {  // past a history page's end
-    const int32_t next = argmax(lt);
-    lt = step(r, twin, std::span<const int32_t>(&next, 1));
-    lm = step(r, moved, std::span<const int32_t>(&next, 1));
+    const int32_t next = argmax_of(lt);
+    lt = step_logits(r, twin, std::span<const int32_t>(&next, 1));
+    lm = step_logits(r, moved, std::span<const int32_t>(&next, 1));
   }
-  const std::vector<float> before = lm;
   const int64_t length = r.length(moved);
 
   r.set_swap_space(1000);
@@ -71,7 +63,7 @@ TEST_P(DeviceSwap, RestoredSequenceGoesOnBitForBit) {
   EXPECT_GT(r.swap_stats().used_bytes, 0);
 
   const SeqId other = r.add_sequence();  // writes its rows into the freed pages
-  step(r, other, prompt(99, 300));
+  step_logits(r, other, prompt(99, 300));
   r.free_sequence(other);
 
   const SeqId back = r.swap_in(h);
@@ -79,12 +71,8 @@ TEST_P(DeviceSwap, RestoredSequenceGoesOnBitForBit) {
   EXPECT_EQ(r.length(back), length);
   EXPECT_EQ(r.swap_stats().used_bytes, 0);
   EXPECT_EQ(r.swap_stats().images, 0);
-  for (int i = 0; i < 80; ++i) {  // into the next history pages
-    const int32_t next = argmax(lt);
-    lt = step(r, twin, std::span<const int32_t>(&next, 1));
-    lm = step(r, back, std::span<const int32_t>(&next, 1));
-    ASSERT_EQ(lt, lm) << GetParam() << ": step " << i << " after swap_in";
-  }
+  // Into the next history pages.
+  ASSERT_NO_FATAL_FAILURE(test::expect_lockstep(r, twin, back, lt, 80)) << GetParam() << ": after swap_in";
   const int64_t h2 = r.swap_out(back);
   ASSERT_GE(h2, 0);
   r.swap_drop(h2);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "../runner_steps.h"
 #include "../tiny_model.h"
 #include "oscar/engine/cpu_runner.h"
 
@@ -21,16 +22,8 @@ std::vector<int32_t> prompt(uint64_t seed, size_t n) {
   return t;
 }
 
-// One step of one sequence; returns its logits row.
-std::vector<float> step(Runner& r, SeqId s, std::span<const int32_t> tokens) {
-  Batch b;
-  b.add(s, r.length(s), tokens, true);
-  StepOutput out;
-  r.run(b, out);
-  return std::vector<float>(out.logits.begin(), out.logits.begin() + r.n_vocab());
-}
-
-int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
+using test::argmax_of;
+using test::step_logits;
 
 class Swap : public ::testing::TestWithParam<std::string> {};
 
@@ -40,14 +33,14 @@ TEST_P(Swap, RestoredSequenceGoesOnBitForBit) {
   CpuRunner r(t, t.make_cache(KvPages{40, 160}));
   const std::vector<int32_t> p = prompt(3, 37);
   const SeqId twin = r.add_sequence(), moved = r.add_sequence();
-  std::vector<float> lt = step(r, twin, p), lm = step(r, moved, p);
+  std::vector<float> lt = step_logits(r, twin, p), lm = step_logits(r, moved, p);
   std::vector<int32_t> generated;
   for (int i = 0; i < 9; ++i) {  // decode steps, past a page and into history
     ASSERT_EQ(lt, lm);
-    const int32_t next = argmax(lt);
+    const int32_t next = argmax_of(lt);
     generated.push_back(next);
-    lt = step(r, twin, std::span<const int32_t>(&next, 1));
-    lm = step(r, moved, std::span<const int32_t>(&next, 1));
+    lt = step_logits(r, twin, std::span<const int32_t>(&next, 1));
+    lm = step_logits(r, moved, std::span<const int32_t>(&next, 1));
   }
   const int64_t length = r.length(moved);
 
@@ -68,7 +61,7 @@ TEST_P(Swap, RestoredSequenceGoesOnBitForBit) {
 
   // Another sequence writes its rows into the freed pages, and leaves.
   const SeqId other = r.add_sequence();
-  step(r, other, prompt(9, 60));
+  step_logits(r, other, prompt(9, 60));
   r.free_sequence(other);
 
   const SeqId back = r.swap_in(h);
@@ -76,21 +69,16 @@ TEST_P(Swap, RestoredSequenceGoesOnBitForBit) {
   EXPECT_EQ(r.length(back), length);
   EXPECT_EQ(r.swap_stats().used_bytes, 0);
   EXPECT_EQ(r.swap_stats().images, 0);
-  for (int i = 0; i < 12; ++i) {
-    const int32_t next = argmax(lt);
-    lt = step(r, twin, std::span<const int32_t>(&next, 1));
-    lm = step(r, back, std::span<const int32_t>(&next, 1));
-    ASSERT_EQ(lt, lm) << "step " << i << " after swap_in";
-  }
+  ASSERT_NO_FATAL_FAILURE(test::expect_lockstep(r, twin, back, lt, 12)) << "after swap_in";
 
   // Recomputing the same tokens through prefill: close, not necessarily equal.
   const SeqId again = r.add_sequence();
   std::vector<int32_t> all = p;
   all.insert(all.end(), generated.begin(), generated.end());
-  const std::vector<float> lr = step(r, again, all);
+  const std::vector<float> lr = step_logits(r, again, all);
   const SeqId ref = r.add_sequence();
-  std::vector<float> lref = step(r, ref, p);
-  for (size_t i = 0; i < generated.size(); ++i) lref = step(r, ref, std::span<const int32_t>(&generated[i], 1));
+  std::vector<float> lref = step_logits(r, ref, p);
+  for (size_t i = 0; i < generated.size(); ++i) lref = step_logits(r, ref, std::span<const int32_t>(&generated[i], 1));
   double num = 0, den = 0;
   for (size_t j = 0; j < lr.size(); ++j) num += double(lr[j] - lref[j]) * (lr[j] - lref[j]), den += double(lref[j]) * lref[j];
   EXPECT_LT(std::sqrt(num / den), 1e-2) << "recomputed logits far from the decoded ones";

@@ -723,15 +723,19 @@ def test_greedy_matches_run_int2():
     compare_with_run(srv, ps[2:], INT2_ARGS + ["--rotations", rot])
 
 
-def test_concurrent_equals_sequential():
-    srv = get_server("bf16")
-    n = 16
-    prompts = [prose(0.05 + 0.11 * i, 250 + 90 * i) for i in range(8)]
-    seq = []
+def one_by_one(srv: Server, prompts: list[str], n: int) -> list:
+    """Each prompt's (text, finish reason, completion tokens), one request after another."""
+    out = []
     with new_http() as c:
         for p in prompts:
             text, fin, usage, _ = complete(srv, p, n, client=c)
-            seq.append((text, fin, usage.get("completion_tokens")))
+            out.append((text, fin, usage.get("completion_tokens")))
+    return out
+
+
+def all_at_once(srv: Server, prompts: list[str], n: int) -> list:
+    """The same, all requests sent at once (a thread each, released together); an exception
+    in place of a request that failed."""
     results: list = [None] * len(prompts)
     barrier = threading.Barrier(len(prompts))
 
@@ -744,12 +748,21 @@ def test_concurrent_equals_sequential():
         except Exception as e:  # noqa: BLE001
             results[i] = e
 
-    t0 = time.monotonic()
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(len(prompts))]
     for t in threads:
         t.start()
     for t in threads:
         t.join(HTTP_TIMEOUT + 60)
+    return results
+
+
+def test_concurrent_equals_sequential():
+    srv = get_server("bf16")
+    n = 16
+    prompts = [prose(0.05 + 0.11 * i, 250 + 90 * i) for i in range(8)]
+    seq = one_by_one(srv, prompts, n)
+    t0 = time.monotonic()
+    results = all_at_once(srv, prompts, n)
     info(f"8 concurrent requests in {time.monotonic() - t0:.1f} s")
     problems = []
     for i, (s, c) in enumerate(zip(seq, results)):
@@ -769,29 +782,9 @@ def test_preemption_swaps():
     # answers outgrow what is left, however fast the device runs them.
     n = CTX // 4
     prompts = [prose(0.03 + 0.07 * i, (240 + 20 * i) * CTX // 512) for i in range(6)]
-    alone = []
-    with new_http() as c:
-        for p in prompts:
-            text, fin, usage, _ = complete(srv, p, n, client=c)
-            alone.append((text, usage.get("completion_tokens")))
+    alone = one_by_one(srv, prompts, n)
     m0 = metrics(srv)
-    results: list = [None] * len(prompts)
-    barrier = threading.Barrier(len(prompts))
-
-    def worker(i):
-        try:
-            with new_http() as c:
-                barrier.wait(30)
-                text, fin, usage, _ = complete(srv, prompts[i], n, client=c)
-                results[i] = (text, usage.get("completion_tokens"))
-        except Exception as e:  # noqa: BLE001
-            results[i] = e
-
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(HTTP_TIMEOUT + 60)
+    results = all_at_once(srv, prompts, n)
     m1 = metrics(srv)
     delta = lambda name, **kw: (metric(m1, name, **kw) or 0) - (metric(m0, name, **kw) or 0)  # noqa: E731
     preemptions, held = delta("oscar_preemptions_total"), delta("oscar_preempted_tokens_total")
