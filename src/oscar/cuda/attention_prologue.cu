@@ -222,15 +222,30 @@ __global__ void prologue_kernel(const AttentionPrologueParams p) {
   }
 }
 
-// write_prologue_keys: grid (n_kv_heads, B), d threads, one element each.
-__global__ void write_keys_kernel(const AttentionPrologueParams p, const float* k_rot) {
-  const int b = blockIdx.y, kvh = blockIdx.x, e = threadIdx.x, d = p.head_dim;
+// write_prologue_keys: eight elements a thread (two 16-byte loads, one 16-byte store),
+// d/8 threads a (row, KV head), 256 threads a CTA. (One element a thread, a CTA per row and
+// head: 42 µs a layer for an 8K prefill at the Qwen3-8B shape, H200, ncu.)
+constexpr int kWriteKeysThreads = 256;
+__global__ void __launch_bounds__(kWriteKeysThreads) write_keys_kernel(const AttentionPrologueParams p,
+                                                                      const float* k_rot) {
+  const int d = p.head_dim, per_row = d / 8;
+  const int64_t i = int64_t(blockIdx.x) * kWriteKeysThreads + threadIdx.x, row = i / per_row;
+  if (row >= int64_t(p.batch) * p.n_kv_heads) return;
+  const int b = int(row / p.n_kv_heads), kvh = int(row % p.n_kv_heads), e0 = int(i % per_row) * 8;
   const int t = p.pos[b];
-  float k = k_rot[(int64_t(b) * p.n_kv_heads + kvh) * d + e];
-  if (p.k_shift) k -= p.k_shift[kvh * d + e];
   const int page = p.fp_blocks[int64_t(b) * p.fp_blocks_stride + t / kPageTokens];
   if (page < 0) return;
-  p.fp_k[((int64_t(page) * p.n_kv_heads + kvh) * kPageTokens + t % kPageTokens) * d + e] = bf16_bits(k);
+  const float4* src = reinterpret_cast<const float4*>(k_rot + row * d + e0);
+  float4 a = src[0], c = src[1];
+  if (p.k_shift) {
+    const float4* sh = reinterpret_cast<const float4*>(p.k_shift + kvh * d + e0);
+    const float4 sa = sh[0], sc = sh[1];
+    a.x -= sa.x, a.y -= sa.y, a.z -= sa.z, a.w -= sa.w;
+    c.x -= sc.x, c.y -= sc.y, c.z -= sc.z, c.w -= sc.w;
+  }
+  const auto pair = [](float lo, float hi) { return uint32_t(bf16_bits(lo)) | (uint32_t(bf16_bits(hi)) << 16); };
+  *reinterpret_cast<uint4*>(p.fp_k + ((int64_t(page) * p.n_kv_heads + kvh) * kPageTokens + t % kPageTokens) * d + e0) =
+      make_uint4(pair(a.x, a.y), pair(a.z, a.w), pair(c.x, c.y), pair(c.z, c.w));
 }
 
 // Rows from which a launch takes kPrefillHeads heads per CTA: each load of R_K then serves
@@ -277,7 +292,9 @@ void write_prologue_keys(const AttentionPrologueParams& p, const float* k_rot, c
   if (p.n_kv_heads <= 0 || p.n_kv_heads > 65535) fail(what, "n_kv_heads out of range");
   if (p.batch == 0) return;
   if (!p.pos || !k_rot || !p.fp_k || !p.fp_blocks) fail(what, "a required pointer is null");
-  write_keys_kernel<<<dim3(unsigned(p.n_kv_heads), unsigned(p.batch)), unsigned(p.head_dim), 0, stream>>>(p, k_rot);
+  const int64_t threads = int64_t(p.batch) * p.n_kv_heads * (p.head_dim / 8);
+  write_keys_kernel<<<unsigned((threads + kWriteKeysThreads - 1) / kWriteKeysThreads), kWriteKeysThreads, 0, stream>>>(
+      p, k_rot);
   check_launch(what);
 }
 
