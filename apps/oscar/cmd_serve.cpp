@@ -31,7 +31,7 @@ struct ServeOptions {
   int step_tokens = 0;      // 0: the backend's (512 on the CPU, 4096 on the GPU: its rows per forward)
   double output_reserve = 1.0;
   double swap_space_gib = 4;   // host memory for preempted sequences' KV pages
-  int max_connections = 1024;  // served at once, a thread each; up to 64 more get 503
+  int max_connections = 1024;  // open at once; up to 64 more get 503
   int read_timeout = 5;        // seconds a connection may send nothing
   int request_timeout = 20;    // seconds a request's headers and body may take to arrive
   double shutdown_timeout = 30;
@@ -183,9 +183,11 @@ void add_serve_command(CLI::App& app) {
                   "(0: recompute them instead, from what the prefix cache kept)")
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--max-connections", o->max_connections,
-                  "connections served at once, a thread each; up to 64 more are answered 503 with Retry-After")
+                  "connections open at once (idle and half-sent ones wait on one thread; a request that has "
+                  "arrived takes a worker); up to 64 more are answered 503 with Retry-After, past those closed")
       ->check(CLI::Range(4, 65536));
-  cmd->add_option("--read-timeout", o->read_timeout, "seconds: a connection that stalls is closed within 1.5 times this")
+  cmd->add_option("--read-timeout", o->read_timeout, "seconds: a request that gets no new byte for this long is answered 408 and closed; an idle "
+                  "connection is closed after it")
       ->check(CLI::Range(1, 3600));
   cmd->add_option("--request-timeout", o->request_timeout,
                   "seconds a request's headers and body may take to arrive, however they trickle in (408 after)")

@@ -1,7 +1,9 @@
-// DeadlineServer: a request whose bytes trickle in, each read inside the read timeout, is cut
-// at the request deadline (408 through the error handler when its headers are in); requests
+// DeadlineServer: a request whose bytes trickle in, each inside the stall timeout, is cut at
+// the request deadline (408 through the error handler when its headers are in); requests
 // that arrive in time are served, on one kept-alive connection too, and an answer that
-// streams for longer than the deadline is not cut. Raw loopback sockets, timings with slack.
+// streams for longer than the deadline is not cut. Stalled connections wait in the
+// reception without threads while others are served, and the connection cap marks
+// connections overloaded, then closes them. Raw loopback sockets, timings with slack.
 #include <gtest/gtest.h>
 
 #include <netinet/in.h>
@@ -10,8 +12,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "oscar/serve/deadline_server.h"
 
@@ -21,11 +25,16 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// A server on a free loopback port: request deadline 1 s, each read 0.5 s, keep-alive 3 s.
+// A server on a free loopback port: request deadline 1 s, stall timeout 0.5 s (or as
+// given), keep-alive 3 s.
 class Served {
  public:
-  Served() : svr_(1000ms) {
-    svr_.set_read_timeout(0, 500000);
+  explicit Served(std::chrono::milliseconds stall = 500ms, int max_connections = 1024, int max_overflow = 64)
+      : svr_(1000ms, max_connections, max_overflow) {
+    svr_.set_read_timeout(0, std::chrono::duration_cast<std::chrono::microseconds>(stall).count());
+    svr_.Get("/who", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(DeadlineServer::overloaded() ? "overloaded" : "normal", "text/plain");
+    });
     svr_.set_keep_alive_timeout(3);
     svr_.Get("/ok", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok", "text/plain"); });
     svr_.Post("/echo", [](const httplib::Request& req, httplib::Response& res) { res.set_content(req.body, "text/plain"); });
@@ -46,7 +55,13 @@ class Served {
       res.set_content("timed out", "text/plain");
       return httplib::Server::HandlerResponse::Handled;
     }));
+    int listen_fd = -1;
+    svr_.set_socket_options([&listen_fd](int sock) {
+      httplib::default_socket_options(sock);
+      listen_fd = sock;
+    });
     port_ = svr_.bind_to_any_port("127.0.0.1");
+    if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);  // httplib's backlog of 5 drops a burst's SYNs
     thread_ = std::thread([this] { svr_.listen_after_bind(); });
     while (!svr_.is_running()) std::this_thread::sleep_for(1ms);
   }
@@ -55,6 +70,7 @@ class Served {
     thread_.join();
   }
   int port() const { return port_; }
+  const DeadlineServer& server() const { return svr_; }
 
  private:
   DeadlineServer svr_;
@@ -124,6 +140,26 @@ double trickle(int fd, const std::string& s, Clock::duration gap) {
     }
   }
   return -1;
+}
+
+// The calling process's thread count (/proc/self/status).
+int thread_count() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return -1;
+}
+
+// Polls `done` every 10 ms for up to `wait`.
+template <class F>
+bool eventually(F done, Clock::duration wait) {
+  const auto end = Clock::now() + wait;
+  while (!done()) {
+    if (Clock::now() >= end) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
 }
 
 }  // namespace
@@ -203,4 +239,108 @@ TEST(DeadlineServer, AnIdleConnectionIsClosedAfterTheKeepAliveTimeout) {
   EXPECT_TRUE(closed);
   EXPECT_GT(t, 2.5);
   EXPECT_LT(t, 4.0);
+}
+
+TEST(DeadlineServer, StalledConnectionsWaitWithoutThreadsWhileOthersAreServed) {
+  Served s(2000ms);
+  const int threads0 = thread_count();
+  std::vector<int> stalled;
+  for (int i = 0; i < 300; ++i) {
+    const int fd = connect_to(s.port());
+    ASSERT_TRUE(send_all(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"));
+    stalled.push_back(fd);
+  }
+  ASSERT_TRUE(eventually([&] { return s.server().waiting_connections() == 300; }, 1s))
+      << s.server().waiting_connections() << " waiting";
+  EXPECT_EQ(s.server().open_connections(), 300);
+  EXPECT_LT(thread_count(), threads0 + 8) << "threads before: " << threads0;
+  const auto t0 = Clock::now();
+  const int fd = connect_to(s.port());
+  ASSERT_TRUE(send_all(fd, "GET /who HTTP/1.1\r\nHost: x\r\n\r\n"));
+  const std::string got = read_answer(fd, "\r\n\r\nnormal");
+  EXPECT_NE(got.find("HTTP/1.1 200"), std::string::npos) << got;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 0.5);
+  ::close(fd);
+  // At the 1-s request deadline each is answered 408 from the bytes that came, and closed.
+  bool closed = false;
+  const std::string answer = read_until_closed(stalled[0], 4s, &closed);
+  EXPECT_TRUE(closed);
+  EXPECT_NE(answer.find("HTTP/1.1 408"), std::string::npos) << answer;
+  EXPECT_TRUE(eventually([&] { return s.server().open_connections() == 0; }, 3s)) << s.server().open_connections();
+  for (int f : stalled) ::close(f);
+}
+
+TEST(DeadlineServer, AStalledRequestIsAnswered408AtTheStallTimeout) {
+  Served s(300ms);
+  const int fd = connect_to(s.port());
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(send_all(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"));
+  bool closed = false;
+  const std::string got = read_until_closed(fd, 3s, &closed);
+  const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+  ::close(fd);
+  EXPECT_TRUE(closed);
+  EXPECT_NE(got.find("HTTP/1.1 408"), std::string::npos) << got;
+  EXPECT_GT(t, 0.25);
+  EXPECT_LT(t, 0.8) << "not cut at the 0.3-s stall timeout, before the 1-s deadline";
+}
+
+TEST(DeadlineServer, AClientThatLeavesMidRequestIsForgottenAtOnce) {
+  Served s(2000ms);
+  const int fd = connect_to(s.port());
+  ASSERT_TRUE(send_all(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"));
+  ASSERT_TRUE(eventually([&] { return s.server().waiting_connections() == 1; }, 1s));
+  const auto t0 = Clock::now();
+  ::close(fd);  // its bytes stay unread in the server's socket: the hang-up must be seen anyway
+  EXPECT_TRUE(eventually([&] { return s.server().open_connections() == 0; }, 1s));
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 0.5) << "kept until a timeout";
+}
+
+TEST(DeadlineServer, ConnectionsOverTheCapAreOverloadedAndPastItsMarginClosed) {
+  Served s(2000ms, /*max_connections=*/4, /*max_overflow=*/2);
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) idle.push_back(connect_to(s.port()));
+  ASSERT_TRUE(eventually([&] { return s.server().open_connections() == 4; }, 1s));
+  std::vector<int> over;
+  for (int i = 0; i < 2; ++i) {
+    over.push_back(connect_to(s.port()));
+    ASSERT_TRUE(eventually([&] { return s.server().open_connections() == 5 + i; }, 1s));
+  }
+  for (int fd : over) {
+    ASSERT_TRUE(send_all(fd, "GET /who HTTP/1.1\r\nHost: x\r\n\r\n"));
+    EXPECT_NE(read_answer(fd, "overloaded").find("overloaded"), std::string::npos);
+  }
+  const int past = connect_to(s.port());  // the seventh: closed at once, unanswered
+  bool closed = false;
+  EXPECT_EQ(read_until_closed(past, 1s, &closed), "");
+  EXPECT_TRUE(closed);
+  ::close(past);
+  for (int fd : idle) ::close(fd);
+  for (int fd : over) ::close(fd);
+  ASSERT_TRUE(eventually([&] { return s.server().open_connections() == 0; }, 2s)) << s.server().open_connections();
+  const int fd = connect_to(s.port());
+  ASSERT_TRUE(send_all(fd, "GET /who HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_NE(read_answer(fd, "\r\n\r\nnormal").find("normal"), std::string::npos);
+  ::close(fd);
+}
+
+TEST(Reception, RequestCompleteNeedsTheHeadersAndTheBody) {
+  auto complete = [](const std::string& s) { return Reception::request_complete(s.data(), s.size()); };
+  EXPECT_TRUE(complete("GET / HTTP/1.1\r\n\r\n"));
+  EXPECT_TRUE(complete("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_FALSE(complete("GET / HTTP/1.1\r\nHost: x\r\n"));
+  EXPECT_FALSE(complete(""));
+  EXPECT_FALSE(complete("POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nabc"));
+  EXPECT_TRUE(complete("POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nabcde"));
+  EXPECT_TRUE(complete("POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nabcdeGET"));  // pipelined
+  EXPECT_FALSE(complete("POST / HTTP/1.1\r\ncontent-LENGTH:5 \r\nHost: x\r\n\r\nab"));
+  // Handed to the worker at their headers: chunked, too large to peek, malformed.
+  EXPECT_TRUE(complete("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5"));
+  EXPECT_TRUE(complete("POST / HTTP/1.1\r\nContent-Length: 10000000\r\n\r\n{"));
+  EXPECT_TRUE(complete("POST / HTTP/1.1\r\nContent-Length: 12x\r\n\r\n{"));
+  EXPECT_TRUE(complete("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n{"));
+  // A header block that fills the peek without ending: the worker refuses it.
+  std::string longer = "GET / HTTP/1.1\r\nX-Pad: " + std::string(Reception::kPeekBytes, 'a');
+  EXPECT_TRUE(complete(longer));
+  EXPECT_FALSE(complete(longer.substr(0, 1000)));
 }

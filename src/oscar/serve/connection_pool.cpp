@@ -6,37 +6,22 @@
 namespace oscar::serve {
 
 namespace {
-thread_local bool t_overloaded = false;
 constexpr auto kIdleExit = std::chrono::seconds(30);  // an idle worker's thread ends after this
 }  // namespace
 
-ConnectionPool::ConnectionPool(int max_workers, int max_overflow)
-    : max_workers_(max_workers < 1 ? 1 : max_workers), max_overflow_(max_overflow < 0 ? 0 : max_overflow) {}
+ConnectionPool::ConnectionPool(int max_workers) : max_workers_(max_workers < 1 ? 1 : max_workers) {}
 
 ConnectionPool::~ConnectionPool() { shutdown(); }
 
-bool ConnectionPool::overloaded() { return t_overloaded; }
-
 void ConnectionPool::enqueue(std::function<void()> fn) {
   std::unique_lock lock(m_);
-  if (idle_ > static_cast<int>(jobs_.size()) || (workers_ >= max_workers_ && overflow_ >= max_overflow_)) {
-    jobs_.push_back(std::move(fn));  // an idle worker takes it (or, over both caps, the first to free up)
+  if (idle_ > static_cast<int>(jobs_.size()) || (workers_ >= max_workers_ && !stop_)) {
+    jobs_.push_back(std::move(fn));  // an idle worker takes it (or, at the cap, the first to free up)
     jobs_cv_.notify_one();
     return;
   }
-  if (workers_ < max_workers_) {
-    ++workers_;
-    std::thread([this, f = std::move(fn)]() mutable { work(std::move(f)); }).detach();
-    return;
-  }
-  ++overflow_;
-  std::thread([this, f = std::move(fn)] {
-    t_overloaded = true;
-    f();
-    std::lock_guard g(m_);
-    --overflow_;
-    done_cv_.notify_all();
-  }).detach();
+  ++workers_;
+  std::thread([this, f = std::move(fn)]() mutable { work(std::move(f)); }).detach();
 }
 
 void ConnectionPool::work(std::function<void()> fn) {
@@ -67,7 +52,7 @@ void ConnectionPool::shutdown() {
     ++workers_;
     std::thread([this, f = std::move(f)]() mutable { work(std::move(f)); }).detach();
   }
-  done_cv_.wait(lock, [this] { return workers_ == 0 && overflow_ == 0; });
+  done_cv_.wait(lock, [this] { return workers_ == 0; });
 }
 
 }  // namespace oscar::serve

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <mutex>
 
 namespace oscar::serve {
 
@@ -19,6 +21,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 thread_local bool t_timed_out = false;
+thread_local bool t_overloaded = false;
 
 milliseconds ceil_ms(Clock::duration d) {
   return std::max(milliseconds(0), std::chrono::ceil<milliseconds>(d));
@@ -78,8 +81,11 @@ class DeadlineStream final : public httplib::Stream {
 
   ssize_t read(char* ptr, size_t size) override {
     if (buffered() == 0) {
-      if (Clock::now() >= deadline_) return fail_on_deadline();
-      if (wait_for(fd_, POLLIN, read_wait()) <= 0) return Clock::now() >= deadline_ ? fail_on_deadline() : -1;
+      // Past the deadline, what has arrived is still read (the reception hands over a
+      // request that ran out of time with its bytes unread), and then the read fails.
+      const bool late = Clock::now() >= deadline_;
+      if (wait_for(fd_, POLLIN, late ? milliseconds(0) : read_wait()) <= 0)
+        return late || Clock::now() >= deadline_ ? fail_on_deadline() : -1;
       if (size >= buf_.size()) return recv_some(ptr, size);
       off_ = end_ = 0;
       const ssize_t n = recv_some(buf_.data(), buf_.size());
@@ -129,40 +135,110 @@ Clock::duration timeout_of(time_t sec, time_t usec) {
   return std::chrono::seconds(sec) + std::chrono::microseconds(usec);
 }
 
+// httplib's task queue, run on its accepting thread: each accepted socket goes straight to
+// the reception. Its shutdown (when the server stops) closes the waiting connections and
+// waits for the requests being served, as httplib's own pool would.
+class AcceptInline final : public httplib::TaskQueue {
+ public:
+  explicit AcceptInline(std::function<void()> drain) : drain_(std::move(drain)) {}
+  void enqueue(std::function<void()> fn) override { fn(); }
+  void shutdown() override { drain_(); }
+
+ private:
+  std::function<void()> drain_;
+};
+
 }  // namespace
 
-bool DeadlineServer::request_timed_out() { return t_timed_out; }
+DeadlineServer::DeadlineServer(std::chrono::milliseconds request_timeout, int max_connections, int max_overflow)
+    : request_timeout_(request_timeout),
+      max_connections_(std::max(max_connections, 1)),
+      max_overflow_(std::max(max_overflow, 0)),
+      workers_(std::make_unique<ConnectionPool>(max_connections_ + max_overflow_)) {
+  new_task_queue = [this] {
+    return new AcceptInline([this] {
+      if (Reception* r = reception_.get()) r->stop();
+      workers_->shutdown();
+    });
+  };
+}
 
-bool DeadlineServer::wait_for_request(socket_t sock) const {
-  const auto end = Clock::now() + std::chrono::seconds(keep_alive_timeout_sec_);
-  // In slices, so that a stopping server's idle connections end within one.
-  while (svr_sock_ != INVALID_SOCKET) {
-    const auto left = end - Clock::now();
-    if (left <= Clock::duration::zero()) return false;
-    const int r = wait_for(sock, POLLIN, std::min(milliseconds(100), ceil_ms(left)));
-    if (r != 0) return r > 0;
+DeadlineServer::~DeadlineServer() {
+  if (reception_) reception_->stop();
+  workers_->shutdown();
+}
+
+bool DeadlineServer::request_timed_out() { return t_timed_out; }
+bool DeadlineServer::overloaded() { return t_overloaded; }
+
+size_t DeadlineServer::waiting_connections() const {
+  std::lock_guard lock(reception_m_);
+  return reception_ ? reception_->waiting() : 0;
+}
+
+Reception& DeadlineServer::reception() {
+  std::lock_guard lock(reception_m_);
+  if (!reception_) {
+    const auto read_timeout = std::chrono::duration_cast<milliseconds>(timeout_of(read_timeout_sec_, read_timeout_usec_));
+    const Reception::Timeouts t{milliseconds(std::chrono::seconds(keep_alive_timeout_sec_)), read_timeout,
+                                request_timeout_};
+    reception_ = std::make_unique<Reception>(
+        t, [this](Reception::Visit v) { workers_->enqueue([this, v] { serve(v); }); }, [this] { --open_; });
   }
-  return false;
+  return *reception_;
 }
 
 bool DeadlineServer::process_and_close_socket(socket_t sock) {
-  DeadlineStream strm(sock, timeout_of(read_timeout_sec_, read_timeout_usec_),
+  const int open = ++open_;
+  if (open > max_connections_ + max_overflow_) {  // past the cap and its 503 margin
+    close_connection(sock);
+    return false;
+  }
+  Reception::Visit v;
+  v.fd = sock;
+  v.overloaded = open > max_connections_;
+  v.requests_left = keep_alive_max_count_;
+  reception().add(v);
+  return true;
+}
+
+void DeadlineServer::serve(Reception::Visit v) {
+  t_overloaded = v.overloaded;
+  DeadlineStream strm(v.fd, timeout_of(read_timeout_sec_, read_timeout_usec_),
                       timeout_of(write_timeout_sec_, write_timeout_usec_));
-  bool ok = false;
-  for (size_t left = keep_alive_max_count_; left > 0 && svr_sock_ != INVALID_SOCKET; --left) {
-    if (strm.buffered() == 0 && !wait_for_request(sock)) break;
+  // A request that ran out of time in the reception gets its deadline now: what arrived is
+  // parsed, then the read fails (a 408 once its headers are in).
+  Clock::time_point deadline = v.timed_out ? Clock::now() : v.first_byte + request_timeout_;
+  bool keep = false;
+  for (size_t left = v.requests_left; left > 0 && svr_sock_ != INVALID_SOCKET; --left) {
     t_timed_out = false;
-    strm.set_deadline(Clock::now() + request_timeout_);
+    strm.set_deadline(deadline);
     bool closed = false;
-    ok = process_request(strm, /*close_connection=*/left == 1, closed, nullptr);
+    const bool ok = process_request(strm, /*close_connection=*/left == 1, closed, nullptr);
     // A request that ran out of time leaves the rest of its bytes unread: the connection
     // cannot be reused.
-    if (!ok || closed || strm.timed_out()) break;
+    if (!ok || closed || strm.timed_out() || left == 1) break;
+    if (strm.buffered() == 0) {  // the next request, if any, waits in the reception
+      v.requests_left = left - 1;
+      keep = true;
+      break;
+    }
+    deadline = Clock::now() + request_timeout_;  // a pipelined request, already partly read
   }
   t_timed_out = false;
-  ::shutdown(sock, SHUT_RDWR);
-  ::close(sock);
-  return ok;
+  t_overloaded = false;
+  if (keep && svr_sock_ != INVALID_SOCKET) {
+    v.timed_out = false;
+    reception().add(v);
+  } else {
+    close_connection(v.fd);
+  }
+}
+
+void DeadlineServer::close_connection(int fd) {
+  ::shutdown(fd, SHUT_RDWR);
+  ::close(fd);
+  --open_;
 }
 
 }  // namespace oscar::serve

@@ -10,7 +10,6 @@
 #include <random>
 
 #include "oscar/core/error.h"
-#include "oscar/serve/connection_pool.h"
 #include "oscar/serve/deadline_server.h"
 
 namespace oscar::serve {
@@ -225,17 +224,14 @@ bool keys_equal(std::string_view expected, std::string_view given) {
 HttpServer::HttpServer(ServerConfig config, Metrics& metrics)
     : config_(std::move(config)),
       metrics_(metrics),
-      svr_(std::make_unique<DeadlineServer>(std::chrono::seconds(config_.request_timeout_s))) {
-  const int workers = std::max(config_.max_connections, 4), overflow = std::max(config_.max_overflow, 0);
-  svr_->new_task_queue = [workers, overflow] { return new ConnectionPool(workers, overflow); };
+      svr_(std::make_unique<DeadlineServer>(std::chrono::seconds(config_.request_timeout_s),
+                                            std::max(config_.max_connections, 4), std::max(config_.max_overflow, 0))) {
   svr_->set_payload_max_length(config_.max_body_bytes);
-  // httplib waits for a socket to be readable and then reads it, each with this timeout, so
-  // a connection that stalls is closed after two or three of them: half of read_timeout_s
-  // (measured, 1,000 connections stalled in their body and one in its headers: closed
-  // 10.0-10.2 s after they stalled with the whole 5 s, 7.5-7.8 s with half).
+  // A connection waits in the reception (deadline_server.h): idle for at most read_timeout_s
+  // between requests, and a request begun is over after read_timeout_s without a new byte
+  // (the stall timeout, httplib's read timeout) or request_timeout_s after its first byte.
   svr_->set_keep_alive_timeout(config_.read_timeout_s);
-  const int half_ms = config_.read_timeout_s * 500;
-  svr_->set_read_timeout(half_ms / 1000, (half_ms % 1000) * 1000);
+  svr_->set_read_timeout(config_.read_timeout_s, 0);
   svr_->set_write_timeout(30);
   // httplib's options, and the listening socket kept: bind() raises its backlog.
   svr_->set_socket_options([this](int sock) {
@@ -272,15 +268,17 @@ void HttpServer::routes() {
   httplib::Server& s = *svr_;
   s.set_logger([this](const httplib::Request&, const httplib::Response& res) { metrics_.count_request(res.status); });
   // Every error leaves as JSON: routes that set no body (404, 413 from httplib) get one here.
-  const int request_timeout_s = config_.request_timeout_s;
-  s.set_error_handler(httplib::Server::HandlerWithResponse([request_timeout_s](const httplib::Request& req,
+  const int request_timeout_s = config_.request_timeout_s, read_timeout_s = config_.read_timeout_s;
+  s.set_error_handler(httplib::Server::HandlerWithResponse([request_timeout_s, read_timeout_s](const httplib::Request& req,
                                                                                httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     if (DeadlineServer::request_timed_out()) {
       // The headers or the body came too slowly; the connection is closed after this answer.
       res.status = 408;
       res.set_header("Connection", "close");
-      reply_error(res, 408, fmt::format("the request did not arrive within {} s (--request-timeout)", request_timeout_s),
+      reply_error(res, 408,
+                  fmt::format("the request stalled for {} s (--read-timeout) or did not arrive within {} s "
+                              "(--request-timeout)", read_timeout_s, request_timeout_s),
                   status_type(408));
       return httplib::Server::HandlerResponse::Handled;
     }
@@ -317,7 +315,7 @@ void HttpServer::routes() {
   // httplib's parser refuses it, see the error handler). The connection closes after the
   // answer: a request refused here has not had its body read.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (ConnectionPool::overloaded()) {  // accepted over --max-connections
+    if (DeadlineServer::overloaded()) {  // accepted over --max-connections
       reply_error(res, 503, fmt::format("the server is serving {} connections, its limit; retry shortly",
                                         config_.max_connections), status_type(503));
       res.set_header("Retry-After", "1");

@@ -26,11 +26,11 @@ struct ServerConfig {
   std::string model_name;               // the id /v1/models lists
   size_t max_body_bytes = 8u << 20;     // larger bodies get 413
   size_t max_header_bytes = 8u << 10;   // larger header blocks get 431
-  // Connections served at once, a thread each (connection_pool.h); up to max_overflow more
-  // are answered 503 with Retry-After.
+  // Connections open at once (waiting in the reception or served: deadline_server.h); up to
+  // max_overflow more are answered 503 with Retry-After, past those they are closed.
   int max_connections = 1024;
   int max_overflow = 64;
-  int read_timeout_s = 5;               // a stalled connection is closed after 1-1.5 times this
+  int read_timeout_s = 5;               // a stalled request, or an idle connection, is closed after this
   int request_timeout_s = 20;           // a request's headers and body must arrive within this (else 408)
 };
 
