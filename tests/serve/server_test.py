@@ -510,6 +510,12 @@ def test_models():
     check(j.get("object") == "list", f"/v1/models: object {j.get('object')!r}, wanted 'list'")
     check(any(d.get("id") == MODEL_NAME and d.get("object") == "model" for d in j.get("data", [])),
           f"/v1/models: {short(r.text)}")
+    # What sglang-router asks a worker before routing to it.
+    for route in ("/model_info", "/server_info"):
+        r = get(srv, route)
+        check(r.status_code == 200 and r.json().get("model_path") == MODEL_NAME, f"GET {route} -> {r.status_code}: "
+              f"{short(r.text)}")
+    check(get(srv, "/server_info").json().get("context_length") == CTX, "/server_info: context_length is not -c")
 
 
 def test_openai_nonstreaming():

@@ -361,6 +361,18 @@ void HttpServer::routes() {
   s.Get("/v1/models", [this, admitted](const httplib::Request& req, httplib::Response& res) {
     if (admitted(req, res, true)) reply_json(res, 200, models_json(config_.model_name, unix_now()));
   });
+  // What a router asks a worker before routing to it (sglang-router's /model_info and
+  // /server_info): the served name stands for the model path (no file paths leave).
+  s.Get("/model_info", [this, admitted](const httplib::Request& req, httplib::Response& res) {
+    if (admitted(req, res, true))
+      reply_json(res, 200, json{{"model_path", config_.model_name}, {"tokenizer_path", config_.model_name},
+                                {"served_model_name", config_.model_name}, {"is_generation", true}});
+  });
+  s.Get("/server_info", [this, admitted](const httplib::Request& req, httplib::Response& res) {
+    if (admitted(req, res, true))
+      reply_json(res, 200, json{{"model_path", config_.model_name}, {"served_model_name", config_.model_name},
+                                {"context_length", model_.ctx}, {"tp_size", 1}, {"dp_size", 1}, {"engine", "oscar"}});
+  });
   auto completion = [this, admitted](Endpoint e) {
     return [this, e, admitted](const httplib::Request& req, httplib::Response& res) {
       if (!admitted(req, res, true)) return;
