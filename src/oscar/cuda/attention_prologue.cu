@@ -243,9 +243,9 @@ __global__ void __launch_bounds__(kWriteKeysThreads) write_keys_kernel(const Att
     a.x -= sa.x, a.y -= sa.y, a.z -= sa.z, a.w -= sa.w;
     c.x -= sc.x, c.y -= sc.y, c.z -= sc.z, c.w -= sc.w;
   }
-  const auto pair = [](float lo, float hi) { return uint32_t(bf16_bits(lo)) | (uint32_t(bf16_bits(hi)) << 16); };
+  using detail::pack_bf16;  // round to nearest even, as bf16_bits
   *reinterpret_cast<uint4*>(p.fp_k + ((int64_t(page) * p.n_kv_heads + kvh) * kPageTokens + t % kPageTokens) * d + e0) =
-      make_uint4(pair(a.x, a.y), pair(a.z, a.w), pair(c.x, c.y), pair(c.z, c.w));
+      make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(c.x, c.y), pack_bf16(c.z, c.w));
 }
 
 // Rows from which a launch takes kPrefillHeads heads per CTA: each load of R_K then serves

@@ -155,16 +155,16 @@ DeadlineServer::DeadlineServer(std::chrono::milliseconds request_timeout, int ma
       max_connections_(std::max(max_connections, 1)),
       max_overflow_(std::max(max_overflow, 0)),
       workers_(std::make_unique<ConnectionPool>(max_connections_ + max_overflow_)) {
-  new_task_queue = [this] {
-    return new AcceptInline([this] {
-      if (Reception* r = reception_.get()) r->stop();
-      workers_->shutdown();
-    });
-  };
+  new_task_queue = [this] { return new AcceptInline([this] { drain(); }); };
 }
 
-DeadlineServer::~DeadlineServer() {
-  if (reception_) reception_->stop();
+DeadlineServer::~DeadlineServer() { drain(); }
+
+void DeadlineServer::drain() {
+  {
+    std::lock_guard lock(reception_m_);
+    if (reception_) reception_->stop();
+  }
   workers_->shutdown();
 }
 

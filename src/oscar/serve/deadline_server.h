@@ -52,6 +52,9 @@ class DeadlineServer final : public httplib::Server {
   void serve(Reception::Visit v);
   void close_connection(int fd);
   Reception& reception();
+  // Closes the waiting connections and waits for the requests being served (when the
+  // server stops, and at destruction).
+  void drain();
 
   std::chrono::milliseconds request_timeout_;
   int max_connections_, max_overflow_;
